@@ -1,0 +1,22 @@
+"""Teachers and the networks built from them."""
+
+from constructions.hyperteacher import (
+    ENCODINGS,
+    WEIGHTS,
+    Hyperteacher,
+    HyperteacherConfig,
+    dense_latents,
+    enumerate_supports,
+    n_supports,
+    sample_hyperteacher,
+    sample_inputs,
+    sample_supports,
+    support_weights,
+)
+from constructions.shallow import ShallowConstruction, build_construction
+
+__all__ = [
+    "ENCODINGS", "WEIGHTS", "Hyperteacher", "HyperteacherConfig", "ShallowConstruction",
+    "build_construction", "dense_latents", "enumerate_supports", "n_supports",
+    "sample_hyperteacher", "sample_inputs", "sample_supports", "support_weights",
+]

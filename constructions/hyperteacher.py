@@ -1,0 +1,209 @@
+"""The hyperteacher task family (spec §1), sampled from a seed, evaluated in float64.
+
+Conventions follow the paper's experiment code: truncated-normal modules with fan-in I,
+Uniform[0, 0.5) biases, a fixed truncated-normal readout, and task latents z that are
+K-sparse with weights from `khot`, `discrete` or `continuous`.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from theory.bounds import TRUNCATION, init_std
+
+WEIGHTS = ("khot", "discrete", "continuous")
+ENCODINGS = ("identity", "orthogonal")
+DISCRETE_LEVELS = np.array([0.5, 0.6, 0.7, 0.8, 0.9, 1.0])
+
+
+@dataclass(frozen=True)
+class HyperteacherConfig:
+    I: int = 16
+    H: int = 16
+    O: int = 16
+    M: int = 32
+    K: int = 3
+    weights: str = "discrete"
+    encoding: str = "identity"
+    seed: int = 0
+
+    def validate(self) -> None:
+        for name in ("I", "H", "O", "M", "K"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, np.integer)) or value < 1:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        if self.K > self.M:
+            raise ValueError(f"K must be at most M (K={self.K}, M={self.M})")
+        if self.weights not in WEIGHTS:
+            raise ValueError(f"weights must be one of {', '.join(WEIGHTS)}; got {self.weights!r}")
+        if self.encoding not in ENCODINGS:
+            raise ValueError(f"encoding must be one of {', '.join(ENCODINGS)}; got {self.encoding!r}")
+
+
+@dataclass(frozen=True)
+class Hyperteacher:
+    """g(x, z) = ReLU(x·W(z̃) + b(z̃))·A with z̃ = z/√K. Arrays are float64 numpy."""
+
+    W: np.ndarray  # (M, I, H)
+    b: np.ndarray  # (M, H)
+    A: np.ndarray  # (H, O)
+    K: int
+    weights: str = "discrete"
+    encoding: str = "identity"
+    Q: np.ndarray | None = None  # (M, M) orthogonal, e(z) = Q z
+
+    @property
+    def M(self) -> int:
+        return self.W.shape[0]
+
+    @property
+    def I(self) -> int:  # noqa: E743 - the paper's name for the input size
+        return self.W.shape[1]
+
+    @property
+    def H(self) -> int:
+        return self.W.shape[2]
+
+    @property
+    def O(self) -> int:  # noqa: E743 - the paper's name for the output size
+        return self.A.shape[1]
+
+    @property
+    def weight_values(self) -> np.ndarray:
+        """The values an active module's weight can take ([0.5, 1] is a range for `continuous`)."""
+        return {"khot": np.array([1.0]), "discrete": DISCRETE_LEVELS}.get(
+            self.weights, np.array([0.5, 1.0])
+        )
+
+    def n_supports(self) -> int:
+        return n_supports(self.M, self.K)
+
+    def encode(self, z):
+        """e(z): identity, or the fixed orthogonal map Q z (rows are tasks)."""
+        if self.Q is None:
+            return z
+        Q = torch.as_tensor(self.Q, dtype=z.dtype) if torch.is_tensor(z) else self.Q
+        return z @ Q.T
+
+    def forward(self, z: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        """g(x, z) for rows of z (B, M) and x (B, I); differentiable in both."""
+        W = torch.as_tensor(self.W, dtype=x.dtype).reshape(self.M, -1)
+        b = torch.as_tensor(self.b, dtype=x.dtype)
+        A = torch.as_tensor(self.A, dtype=x.dtype)
+        z_tilde = z / math.sqrt(self.K)
+        W_z = (z_tilde @ W).reshape(-1, self.I, self.H)
+        hidden = torch.relu(torch.einsum("bi,bih->bh", x, W_z) + z_tilde @ b)
+        return hidden @ A
+
+    def save_npz(self, path) -> None:
+        arrays = dict(W=self.W, b=self.b, A=self.A, K=np.int64(self.K),
+                      weights=np.str_(self.weights), weight_values=self.weight_values,
+                      encoding=np.str_(self.encoding))
+        if self.Q is not None:
+            arrays["Q"] = self.Q
+        np.savez(path, **arrays)
+
+    @classmethod
+    def load_npz(cls, path) -> Hyperteacher:
+        with np.load(path) as f:
+            return cls(W=f["W"], b=f["b"], A=f["A"], K=int(f["K"]), weights=str(f["weights"]),
+                       encoding=str(f["encoding"]), Q=f["Q"] if "Q" in f else None)
+
+
+def truncated_normal(rng: np.random.Generator, shape, fan_in: int) -> np.ndarray:
+    """Standard normal truncated to [-2, 2], scaled to variance √3 / fan_in.
+
+    Exact rejection sampling: redraw the ~4.6% of entries outside the interval. (This
+    avoids importing scipy.stats, which costs a second at every start of the CLI.)
+    """
+    draw = rng.standard_normal(shape)
+    outside = np.abs(draw) > TRUNCATION
+    while outside.any():
+        draw[outside] = rng.standard_normal(int(outside.sum()))
+        outside = np.abs(draw) > TRUNCATION
+    return init_std(fan_in) * draw
+
+
+def sample_hyperteacher(cfg: HyperteacherConfig) -> Hyperteacher:
+    """Draw a teacher from a seed.
+
+    Each array has its own random stream, and W is drawn module by module, so teachers
+    with the same seed and a different M share their first modules and their readout:
+    a sweep over M compares nested families rather than unrelated ones.
+    """
+    cfg.validate()
+    rng_W, rng_b, rng_A, rng_Q = (np.random.default_rng(s)
+                                  for s in np.random.SeedSequence(cfg.seed).spawn(4))
+    W = truncated_normal(rng_W, (cfg.M, cfg.I, cfg.H), fan_in=cfg.I)
+    b = rng_b.uniform(0.0, 0.5, size=(cfg.M, cfg.H))
+    A = truncated_normal(rng_A, (cfg.H, cfg.O), fan_in=cfg.H)
+    Q = None
+    if cfg.encoding == "orthogonal":
+        Q, R = np.linalg.qr(rng_Q.standard_normal((cfg.M, cfg.M)))
+        Q = Q * np.sign(np.diag(R))  # Haar-distributed, not just any orthogonal matrix
+    return Hyperteacher(W=W, b=b, A=A, K=cfg.K, weights=cfg.weights, encoding=cfg.encoding, Q=Q)
+
+
+def n_supports(M: int, K: int) -> int:
+    """Σ_{k=1..K} C(M, k): the number of distinct tasks' supports."""
+    return sum(math.comb(M, k) for k in range(1, K + 1))
+
+
+def enumerate_supports(M: int, K: int) -> np.ndarray:
+    """All supports of size 1..K as rows of module indices, padded with -1: (S, K)."""
+    rows = np.full((n_supports(M, K), K), -1, dtype=np.int64)
+    start = 0
+    for k in range(1, K + 1):
+        combos = np.fromiter(itertools.chain.from_iterable(itertools.combinations(range(M), k)),
+                             dtype=np.int64).reshape(-1, k)
+        rows[start:start + len(combos), :k] = combos
+        start += len(combos)
+    return rows
+
+
+def sample_supports(M: int, K: int, n: int, rng: np.random.Generator) -> np.ndarray:
+    """n random supports, equally many of each size 1..K (uniform within a size).
+
+    Stratifying by size keeps the rare small supports in the sample; uniform sampling
+    over all supports would almost never draw a single-module task when M is large.
+    """
+    sizes = np.arange(n) % K + 1
+    rows = np.full((n, K), -1, dtype=np.int64)
+    order = np.argsort(rng.random((n, M)), axis=1)[:, :K]
+    mask = np.arange(K)[None, :] < sizes[:, None]
+    rows[mask] = order[mask]
+    return rows
+
+
+def support_weights(supports: np.ndarray, weights: str, rng: np.random.Generator) -> np.ndarray:
+    """Weights of the active modules, one per support entry (0 on padding): (S, K)."""
+    active = supports >= 0
+    if weights == "khot":
+        w = np.ones(supports.shape)
+    elif weights == "discrete":
+        w = rng.choice(DISCRETE_LEVELS, size=supports.shape)
+    elif weights == "continuous":
+        e = rng.exponential(1.0, size=supports.shape) * active
+        w = 0.5 * e / (e.sum(axis=1, keepdims=True) + 1.0) + 0.5
+    else:
+        raise ValueError(f"weights must be one of {', '.join(WEIGHTS)}; got {weights!r}")
+    return np.where(active, w, 0.0)
+
+
+def dense_latents(supports: np.ndarray, values: np.ndarray, M: int) -> np.ndarray:
+    """Scatter (S, K) supports and values into dense latents z of shape (S, M)."""
+    z = np.zeros((len(supports), M))
+    rows = np.repeat(np.arange(len(supports)), supports.shape[1])
+    active = supports.ravel() >= 0
+    z[rows[active], supports.ravel()[active]] = values.ravel()[active]
+    return z
+
+
+def sample_inputs(n: int, I: int, rng: np.random.Generator) -> np.ndarray:
+    """x uniform on the box X = [-1, 1]^I."""
+    return rng.uniform(-1.0, 1.0, size=(n, I))

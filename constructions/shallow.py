@@ -1,0 +1,158 @@
+"""The theorem's explicit ReLU MLP (spec §3), in structured and in dense form.
+
+`ShallowConstruction` holds the network's parameters in factored form: the teacher-side
+affine map z ↦ c_ih(z)/C, the knots of the square interpolant, and the carry of the
+bias. Its forward pass computes exactly the function of the dense MLP
+Linear → ReLU → Linear → ReLU → Linear of widths (2IHN + carry, H, O), but costs
+O(I·H) per input instead of O(I·H·N), and never stores the (2IHN + carry) × (M + I)
+first layer. `to_sequential()` materialises that dense network when it is wanted.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+from torch import nn
+
+from constructions.hyperteacher import Hyperteacher
+from theory.bounds import (
+    CONSTANTS,
+    VARIANTS,
+    HiddenUnits,
+    N_for_eps,
+    apriori_C,
+    certificate,
+    hidden_units,
+    instance_C,
+    readout_norm,
+    square_interpolant,
+    square_relu_coefficients,
+)
+
+BYTES_PER_FLOAT64 = 8
+
+
+class ShallowConstruction(nn.Module):
+    """f(e(z), x) with sup_{X × Z_K} ‖f − g‖_∞ ≤ I·C·a/N² (the certificate)."""
+
+    def __init__(self, teacher: Hyperteacher, N: int, C: float, a: float,
+                 variant: str = "theorem", constants: str = "apriori"):
+        super().__init__()
+        if variant not in VARIANTS:
+            raise ValueError(f"variant must be one of {', '.join(VARIANTS)}; got {variant!r}")
+        self.I, self.H, self.O, self.M, self.K = teacher.I, teacher.H, teacher.O, teacher.M, teacher.K
+        self.N, self.C, self.a = int(N), float(C), float(a)
+        self.variant, self.constants = variant, constants
+        t = lambda arr: torch.as_tensor(np.asarray(arr), dtype=torch.float64)  # noqa: E731
+        root_K = math.sqrt(self.K)
+        # c_ih(z)/C as one matmul: z (B, M) @ (M, I·H).
+        self.register_buffer("W_over_C", t(teacher.W.reshape(self.M, -1) / (root_K * self.C)))
+        self.register_buffer("b_tilde", t(teacher.b / root_K))  # b(z̃) = z @ b_tilde
+        self.register_buffer("A", t(teacher.A))
+        self.register_buffer("Q", t(teacher.Q) if teacher.Q is not None else None)
+
+    @property
+    def input_dim(self) -> int:
+        return self.M + self.I
+
+    def certificate(self) -> float:
+        return certificate(self.I, self.C, self.a, self.N)
+
+    def hidden_units(self) -> HiddenUnits:
+        return hidden_units(self.I, self.H, self.M, self.N, self.variant)
+
+    def decode(self, e: torch.Tensor) -> torch.Tensor:
+        """z from e(z); the orthogonal map is undone by its transpose."""
+        return e if self.Q is None else e @ self.Q
+
+    def forward(self, inputs: torch.Tensor) -> torch.Tensor:
+        z = self.decode(inputs[:, : self.M])
+        x = inputs[:, self.M:]
+        c = (z @ self.W_over_C).view(-1, self.I, self.H)
+        u = (x[:, :, None] + c) / 2
+        v = (x[:, :, None] - c) / 2
+        products = self.C * (square_interpolant(u, self.N) - square_interpolant(v, self.N))
+        if self.variant == "theorem":
+            carry = torch.relu(z) @ self.b_tilde
+        else:
+            carry = torch.relu(z @ self.b_tilde)
+        return torch.relu(products.sum(dim=1) + carry) @ self.A
+
+    def dense_bytes(self) -> int:
+        """Memory the parameters of `to_sequential()` take."""
+        n1, n2 = self.hidden_units().widths
+        params = n1 * (self.input_dim + 1) + n2 * (n1 + 1) + self.O * (n2 + 1)
+        return params * BYTES_PER_FLOAT64
+
+    def to_sequential(self, dtype: torch.dtype = torch.float64) -> nn.Sequential:
+        """The dense standard MLP: Linear, ReLU, Linear, ReLU, Linear, input [e(z), x].
+
+        Layer-1 rows are ordered (square ∈ {u, v}, i, h, k), then the carry units.
+        """
+        I, H, M, N, C = self.I, self.H, self.M, self.N, self.C
+        knots, alpha = square_relu_coefficients(N)
+        W_over_C = self.W_over_C.numpy().reshape(M, I, H)
+        b_tilde = self.b_tilde.numpy()
+        n_squares = 2 * I * H * N
+        n1, n2 = self.hidden_units().widths
+
+        # Layer 1: u_ih − t_k = x_i/2 + c_ih/(2C) − t_k, and v with −c_ih.
+        w1_z = np.zeros((2, I, H, N, M))
+        w1_x = np.zeros((2, I, H, N, I))
+        c_rows = W_over_C.transpose(1, 2, 0)[:, :, None, :] / 2  # (I, H, 1, M)
+        w1_z[0], w1_z[1] = c_rows, -c_rows
+        w1_x[:, np.arange(I), :, :, np.arange(I)] = 0.5
+        b1 = np.broadcast_to(-knots, (2, I, H, N)).reshape(-1)
+        w1_z = w1_z.reshape(n_squares, M)
+        w1_x = w1_x.reshape(n_squares, I)
+        carry_z = np.eye(M) if self.variant == "theorem" else b_tilde.T
+        w1_z = np.concatenate([w1_z, carry_z])
+        w1_x = np.concatenate([w1_x, np.zeros((len(carry_z), I))])
+        b1 = np.concatenate([b1, np.zeros(len(carry_z))])
+        if self.Q is not None:
+            w1_z = w1_z @ self.Q.numpy().T  # acts on e = zQᵀ as the old rows acted on z
+
+        # Layer 2: p_h = Σ_i C(ŝ(u_ih) − ŝ(v_ih)) + b_h(z̃); the two constant 1s cancel.
+        w2 = np.zeros((H, 2, I, H, N))
+        h = np.arange(H)
+        w2[h, 0, :, h, :] = C * alpha
+        w2[h, 1, :, h, :] = -C * alpha
+        carry_w2 = b_tilde.T if self.variant == "theorem" else np.eye(H)
+        w2 = np.concatenate([w2.reshape(H, n_squares), carry_w2], axis=1)
+
+        layers = [nn.Linear(self.input_dim, n1), nn.ReLU(), nn.Linear(n1, n2), nn.ReLU(),
+                  nn.Linear(n2, self.O)]
+        weights = [(np.concatenate([w1_z, w1_x], axis=1), b1), (w2, np.zeros(n2)),
+                   (self.A.numpy().T, np.zeros(self.O))]
+        net = nn.Sequential(*layers).to(dtype)
+        with torch.no_grad():
+            for linear, (w, b) in zip(net[::2], weights, strict=True):
+                linear.weight.copy_(torch.as_tensor(w))
+                linear.bias.copy_(torch.as_tensor(b))
+        return net
+
+
+def construction_constants(teacher: Hyperteacher, constants: str = "apriori") -> tuple[float, float]:
+    """(C, a): C from the a-priori truncation bound or from this instance's exact range."""
+    if constants not in CONSTANTS:
+        raise ValueError(f"constants must be one of {', '.join(CONSTANTS)}; got {constants!r}")
+    C = apriori_C(teacher.I, teacher.K) if constants == "apriori" else instance_C(teacher.W, teacher.K)
+    return C, readout_norm(teacher.A)
+
+
+def build_construction(teacher: Hyperteacher, eps: float, variant: str = "theorem",
+                       constants: str = "apriori", C: float | None = None) -> ShallowConstruction:
+    """The network the theorem promises for ε. Passing C overrides the derived constant
+    (tests use it to check that a constant that is too small gets caught)."""
+    C_derived, a = construction_constants(teacher, constants)
+    C = C_derived if C is None else float(C)
+    N = N_for_eps(teacher.I, C, a, eps)
+    return ShallowConstruction(teacher, N=N, C=C, a=a, variant=variant, constants=constants)
+
+
+def count_hidden_units(net: nn.Module) -> list[int]:
+    """Hidden widths of any nn.Sequential MLP: out_features of every Linear but the last."""
+    linears = [m for m in net.modules() if isinstance(m, nn.Linear)]
+    return [m.out_features for m in linears[:-1]]

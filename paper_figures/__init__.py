@@ -1,0 +1,1 @@
+"""Scripts that regenerate the theory plots (see issue 3)."""

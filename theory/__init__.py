@@ -1,0 +1,1 @@
+"""The theorem's bounds as formulas (`bounds`) and their symbolic derivations (`symbolic`)."""

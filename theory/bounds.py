@@ -1,0 +1,144 @@
+"""The theorem's quantities as plain formulas (spec §2–3).
+
+Everything here is a function of sizes and of a few arrays; nothing depends on
+torch or on how a teacher is sampled, so `constructions/` and `verify/` can share
+one source of truth for N(ε), the certificate and the neuron count.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+# Standard deviation of a standard normal truncated to [-2, 2]. Dividing by it makes
+# the truncated draw have the variance s / fan_in (the paper's initialiser).
+TRUNCNORM_STD = 0.87962566103423978
+INIT_SCALE = math.sqrt(3.0)
+TRUNCATION = 2.0
+
+VARIANTS = ("theorem", "lean")
+CONSTANTS = ("apriori", "instance")
+
+
+def init_std(fan_in: int, scale: float = INIT_SCALE) -> float:
+    """σ of the truncated-normal initialiser with the given fan-in."""
+    return math.sqrt(scale / fan_in) / TRUNCNORM_STD
+
+
+def apriori_C_W(I: int) -> float:
+    """The truncation bound 2σ on every |W_m[i, h]|: it holds for every draw and every M."""
+    return TRUNCATION * init_std(I)
+
+
+def apriori_C(I: int, K: int) -> float:
+    """C = √K·C_W bounds |c_ih(z)| = |Σ_m z_m W_m[i,h]| / √K on Z_K (K terms, each ≤ C_W)."""
+    return math.sqrt(K) * apriori_C_W(I)
+
+
+def instance_C(W: np.ndarray, K: int) -> float:
+    """The exact sup over Z_K of |c_ih(z)|, maximised over (i, h).
+
+    On z ∈ [0,1]^M with at most K nonzeros, Σ_m z_m w_m is largest when z picks the
+    K largest positive w_m, and smallest when it picks the K most negative ones. So the
+    sup is max(top-K positive sum, top-K negative sum) / √K. This is never larger than
+    the spec's √K·max|W| and usually ~20% smaller, which lowers N at no cost.
+    """
+    M = W.shape[0]
+    k = min(K, M)
+    flat = W.reshape(M, -1)
+    top_pos = -np.partition(-np.maximum(flat, 0.0), k - 1, axis=0)[:k].sum(axis=0)
+    top_neg = -np.partition(-np.maximum(-flat, 0.0), k - 1, axis=0)[:k].sum(axis=0)
+    return float(np.maximum(top_pos, top_neg).max() / math.sqrt(K))
+
+
+def readout_norm(A: np.ndarray) -> float:
+    """a = max_o Σ_h |A[h, o]|: the ∞→∞ operator norm of x ↦ x·A."""
+    return float(np.abs(A).sum(axis=0).max())
+
+
+def N_for_eps(I: int, C: float, a: float, eps: float) -> int:
+    """Smallest N with I·C·a/N² ≤ ε, i.e. ⌈√(I·C·a/ε)⌉ computed without rounding slips."""
+    if not (eps > 0 and math.isfinite(eps)):
+        raise ValueError(f"eps must be a positive finite number, got {eps!r}")
+    N = max(1, math.ceil(math.sqrt(I * C * a / eps)))
+    # sqrt and ceil in floating point can land one off either way; fix it exactly.
+    while N > 1 and certificate(I, C, a, N - 1) <= eps:
+        N -= 1
+    while certificate(I, C, a, N) > eps:
+        N += 1
+    return N
+
+
+def certificate(I: int, C: float, a: float, N: int) -> float:
+    """Guaranteed sup error I·C·a/N²: each of the I products per hidden unit is off by
+    at most C/N², the ReLU is 1-Lipschitz, and the readout multiplies by at most a."""
+    return I * C * a / N**2
+
+
+def square_knots(N: int) -> np.ndarray:
+    """The N+1 uniform knots t_k = -1 + 2k/N of [-1, 1]."""
+    return -1.0 + 2.0 * np.arange(N + 1) / N
+
+
+def square_relu_coefficients(N: int) -> tuple[np.ndarray, np.ndarray]:
+    """(t_k, α_k) for k < N with ŝ_N(t) = 1 + Σ_k α_k ReLU(t − t_k) on t ≥ -1.
+
+    α_0 is the first segment's slope t_0 + t_1; every later α_k is the change of slope
+    at an inner knot, t_{k+1} − t_{k-1} = 4/N.
+    """
+    t = square_knots(N)
+    slopes = t[:-1] + t[1:]
+    alpha = np.diff(slopes, prepend=0.0)
+    return t[:-1], alpha
+
+
+def square_interpolant(t: np.ndarray, N: int) -> np.ndarray:
+    """ŝ_N evaluated in closed form, equal to the ReLU sum on all of ℝ.
+
+    On a segment [t_k, t_{k+1}] the chord of t² is t_k² + (t_k + t_{k+1})(t − t_k); below
+    -1 every ReLU is off, so the sum is the constant 1; above 1 it extends the last chord.
+    """
+    xp = _namespace(t)
+    k = xp.clip(xp.floor((t + 1.0) * (N / 2.0)), 0, N - 1)
+    t_k = -1.0 + 2.0 * k / N
+    chord = t_k * t_k + (2.0 * t_k + 2.0 / N) * (t - t_k)
+    return xp.where(t < -1.0, xp.ones_like(t), chord)
+
+
+def _namespace(t):
+    """numpy or torch, whichever `t` belongs to, so one formula serves both."""
+    if isinstance(t, np.ndarray):
+        return np
+    import torch
+
+    return torch
+
+
+@dataclass(frozen=True)
+class HiddenUnits:
+    """Hidden-unit count of the shallow construction, split by term."""
+
+    squares: int  # 2·I·H·N: N ReLUs for each of ŝ(u_ih) and ŝ(v_ih)
+    carry: int  # M (theorem: carries z) or H (lean: carries b(z̃) ≥ 0)
+    teacher: int  # H: the teacher's own hidden layer, p_h then ReLU
+
+    @property
+    def total(self) -> int:
+        return self.squares + self.carry + self.teacher
+
+    @property
+    def widths(self) -> tuple[int, int]:
+        return (self.squares + self.carry, self.teacher)
+
+
+def hidden_units(I: int, H: int, M: int, N: int, variant: str = "theorem") -> HiddenUnits:
+    if variant not in VARIANTS:
+        raise ValueError(f"variant must be one of {VARIANTS}, got {variant!r}")
+    carry = M if variant == "theorem" else H
+    return HiddenUnits(squares=2 * I * H * N, carry=carry, teacher=H)
+
+
+def count_formula(variant: str = "theorem") -> str:
+    return "2·I·H·N + M + H" if variant == "theorem" else "2·I·H·N + 2·H"

@@ -1,0 +1,263 @@
+"""python -m verify.bound: build the theorem's ReLU MLP for a hyperteacher and check it.
+
+Samples a hyperteacher, builds the explicit network for ε, and checks the theorem's
+three claims: the certificate I·C·a/N² is ≤ ε, the measured sup error is ≤ the
+certificate, and the network's hidden-unit count equals the formula.
+Exit codes: 0 every check holds, 1 a bound is violated, 2 usage error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from constructions.hyperteacher import ENCODINGS, WEIGHTS, HyperteacherConfig, sample_hyperteacher
+from constructions.shallow import (
+    BYTES_PER_FLOAT64,
+    ShallowConstruction,
+    build_construction,
+    count_hidden_units,
+)
+from theory.bounds import CONSTANTS, VARIANTS, apriori_C_W, count_formula, hidden_units
+from verify.measure import measure_sup_error
+
+GIB = 2**30
+DENSE_CHECK_BYTES = 512 * 2**20  # build the dense net for the agreement check up to this size
+AGREEMENT_TOL = 1e-9  # dense vs structured: both float64, same function, rounding only
+
+
+class UsageError(Exception):
+    """Bad input: reported on one line with exit code 2."""
+
+
+class Parser(argparse.ArgumentParser):
+    def error(self, message):
+        raise UsageError(message)
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}") from None
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"expected a positive finite number, got {text!r}")
+    return value
+
+
+def build_parser() -> Parser:
+    p = Parser(prog="python -m verify.bound", description=__doc__,
+               formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--M", type=positive_int, default=32, help="number of modules (default 32)")
+    p.add_argument("--eps", type=positive_float, default=1e-3, help="target sup error ε > 0 (default 1e-3)")
+    p.add_argument("--K", type=positive_int, default=3, help="max active modules per task, K ≤ M (default 3)")
+    p.add_argument("--I", type=positive_int, default=16, help="input size (default 16)")
+    p.add_argument("--H", type=positive_int, default=16, help="teacher hidden size (default 16)")
+    p.add_argument("--O", type=positive_int, default=16, help="output size (default 16)")
+    p.add_argument("--weights", default="discrete", metavar="{" + ",".join(WEIGHTS) + "}",
+                   help="weights of active modules (default discrete)")
+    p.add_argument("--encoding", default="identity", metavar="{" + ",".join(ENCODINGS) + "}",
+                   help="task encoding e(z) (default identity)")
+    p.add_argument("--variant", default="theorem", metavar="{" + ",".join(VARIANTS) + "}",
+                   help="theorem: carry z (M units); lean: carry b(z̃) (H units) (default theorem)")
+    p.add_argument("--constants", default="apriori", metavar="{" + ",".join(CONSTANTS) + "}",
+                   help="apriori: C_W = 2σ for every draw; instance: this teacher's exact range")
+    p.add_argument("--seed", type=int, default=0, help="seed of the teacher and the measurement")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.add_argument("--save", metavar="DIR", help="write teacher.npz, network.pt, report.json")
+    p.add_argument("--dense", action="store_true",
+                   help="measure the dense nn.Sequential itself instead of the structured evaluator")
+    p.add_argument("--max-tasks", type=positive_int, default=20_000,
+                   help="enumerate every support up to this many, else sample this many (default 20000)")
+    p.add_argument("--points", type=positive_int, default=16, help="random x per task (default 16)")
+    p.add_argument("--refine-steps", type=int, default=100, help="gradient-ascent steps (default 100)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars on stderr")
+    return p
+
+
+def parse_args(argv):
+    args = build_parser().parse_args(argv)
+    for name, allowed in (("weights", WEIGHTS), ("encoding", ENCODINGS),
+                          ("variant", VARIANTS), ("constants", CONSTANTS)):
+        if getattr(args, name) not in allowed:
+            raise UsageError(f"--{name} must be one of {', '.join(allowed)}; got {getattr(args, name)!r}")
+    if args.K > args.M:
+        raise UsageError(f"--K must be at most --M (got K={args.K}, M={args.M})")
+    if args.refine_steps < 0:
+        raise UsageError(f"--refine-steps must be ≥ 0, got {args.refine_steps}")
+    return args
+
+
+def available_bytes() -> int:
+    """MemAvailable from /proc/meminfo; 8 GiB where it cannot be read."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 8 * GIB
+
+
+def structured_bytes(args, tasks: int) -> int:
+    """Peak memory of the default path: the teacher (held ~3×: numpy, scaled copy,
+    autograd), the task latents, and one chunk of per-row (I, H) temporaries."""
+    teacher = args.M * args.I * args.H + args.M * args.H + args.H * args.O
+    latents = 2 * tasks * args.M
+    chunk = 8192 * (2 * args.M + 12 * args.I * args.H)
+    return (3 * teacher + latents + chunk) * BYTES_PER_FLOAT64
+
+
+def dense_bytes_for_measurement(net: ShallowConstruction, batch_rows: int) -> int:
+    n1, _ = net.hidden_units().widths
+    return net.dense_bytes() + 3 * batch_rows * n1 * BYTES_PER_FLOAT64
+
+
+def check_memory(need: int, what: str) -> None:
+    have = available_bytes()
+    if need > have:
+        raise UsageError(f"{what} would need {need / GIB:.1f} GiB but {have / GIB:.1f} GiB is "
+                         "available; use a larger --eps or a smaller --M/--I/--H")
+
+
+def dense_agreement(net: ShallowConstruction, dense: torch.nn.Module, teacher, seed: int) -> float:
+    """Max |dense − structured| on random inputs from the task set and off it."""
+    rng = np.random.default_rng(seed + 1)
+    z = rng.uniform(0.0, 1.0, size=(256, net.M)) * (rng.random((256, net.M)) < net.K / net.M)
+    x = rng.uniform(-1.5, 1.5, size=(256, net.I))  # off the box too: the same function everywhere
+    inputs = torch.cat([teacher.encode(torch.as_tensor(z)), torch.as_tensor(x)], dim=1)
+    with torch.no_grad():
+        return float((net(inputs) - dense(inputs)).abs().max())
+
+
+def run(args) -> dict:
+    start = time.perf_counter()
+    cfg = HyperteacherConfig(I=args.I, H=args.H, O=args.O, M=args.M, K=args.K,
+                             weights=args.weights, encoding=args.encoding, seed=args.seed)
+    tasks = min(args.max_tasks, math.comb(args.M, args.K) * args.K)
+    check_memory(structured_bytes(args, tasks), "the teacher and the structured evaluator")
+    teacher = sample_hyperteacher(cfg)
+    net = build_construction(teacher, args.eps, variant=args.variant, constants=args.constants)
+    units = net.hidden_units()
+    formula = count_formula(args.variant)
+
+    dense = None
+    if args.dense:
+        check_memory(dense_bytes_for_measurement(net, 8192), "--dense (the dense first layer)")
+    if args.save:
+        check_memory(2 * net.dense_bytes(), "--save (network.pt holds the dense network)")
+    if args.dense or args.save or net.dense_bytes() <= DENSE_CHECK_BYTES:
+        dense = net.to_sequential()
+    widths = count_hidden_units(dense) if dense is not None else list(units.widths)
+    agreement = dense_agreement(net, dense, teacher, args.seed) if dense is not None else None
+
+    measured = measure_sup_error(dense if args.dense else net, teacher, max_tasks=args.max_tasks,
+                                 points_per_task=args.points, refine_steps=args.refine_steps,
+                                 seed=args.seed, progress=False if args.no_progress else None)
+    cert = net.certificate()
+    checks = {
+        "certificate <= eps": cert <= args.eps,
+        "measured <= certificate": measured.sup_error <= cert,
+        "count = formula": sum(widths) == units.total,
+    }
+    if agreement is not None:
+        checks["dense = structured"] = agreement <= AGREEMENT_TOL
+    other = "lean" if args.variant == "theorem" else "theorem"
+    report = {
+        "teacher": dict(I=cfg.I, H=cfg.H, O=cfg.O, M=cfg.M, K=cfg.K, weights=cfg.weights,
+                        encoding=cfg.encoding, seed=cfg.seed, n_supports=teacher.n_supports()),
+        "constants": dict(kind=args.constants, C=net.C, a=net.a, C_W_apriori=apriori_C_W(cfg.I),
+                          C_W_instance=float(np.abs(teacher.W).max())),
+        "eps": args.eps,
+        "variant": args.variant,
+        "N": net.N,
+        "N_sqrt_eps": net.N * math.sqrt(args.eps),
+        "N_sqrt_eps_limit": math.sqrt(cfg.I * net.C * net.a),
+        "hidden_units": dict(squares=units.squares, carry=units.carry, teacher=units.teacher,
+                             total=units.total, widths=widths, formula=formula,
+                             counted_from="nn.Sequential" if dense is not None else "structured"),
+        "hidden_units_" + other: hidden_units(cfg.I, cfg.H, cfg.M, net.N, other).total,
+        "certificate": cert,
+        "measured": measured.to_dict() | dict(
+            network="dense nn.Sequential" if args.dense else "structured evaluator"),
+        "measured_over_certificate": measured.sup_error / cert,
+        "dense_vs_structured_max_abs": agreement,
+        "checks": checks,
+        "passed": all(checks.values()),
+        "seconds": time.perf_counter() - start,
+    }
+    if args.save:
+        out = Path(args.save)
+        out.mkdir(parents=True, exist_ok=True)
+        teacher.save_npz(out / "teacher.npz")
+        torch.save(dense.state_dict(), out / "network.pt")
+        (out / "report.json").write_text(json.dumps(report, indent=2))
+    return report
+
+
+def format_report(r: dict) -> str:
+    t, c, u, m = r["teacher"], r["constants"], r["hidden_units"], r["measured"]
+    I, H, M, N = t["I"], t["H"], t["M"], r["N"]
+    carry = "M" if r["variant"] == "theorem" else "H"
+    other = "lean" if r["variant"] == "theorem" else "theorem"
+    task_line = (f"all {m['n_tasks']:,} supports" if m["tasks_enumerated"]
+                 else f"{m['n_tasks']:,} sampled of {t['n_supports']:,} supports")
+    C_how = "√K·2σ, a-priori" if c["kind"] == "apriori" else "exact sup over Z_K"
+    z_where = ", ".join(f"z{k}={v:.3g}" for k, v in zip(m["z_support"], m["z_values"], strict=True))
+    lines = [
+        f"hyperteacher  I={I} H={H} O={t['O']} M={M} K={t['K']}  weights={t['weights']} "
+        f"encoding={t['encoding']} seed={t['seed']}  ({t['n_supports']:,} supports)",
+        f"constants     C = {c['C']:.4f} ({C_how})   a = max_o Σ_h|A_ho| = {c['a']:.4f}",
+        f"ε             {r['eps']:.3e}",
+        f"N             {N:,} = ⌈√(I·C·a/ε)⌉     N·√ε = {r['N_sqrt_eps']:.3f} "
+        f"(→ √(I·C·a) = {r['N_sqrt_eps_limit']:.3f})",
+        f"hidden units  squares 2·I·H·N = {u['squares']:,}",
+        f"              carry {carry:<9} = {u['carry']:,}",
+        f"              layer 2 H     = {u['teacher']:,}",
+        f"              total         = {u['total']:,}   theorem: {u['formula']}, "
+        f"O(1/√ε + M)   [{other}: {r['hidden_units_' + other]:,}]",
+        f"              widths        = {tuple(u['widths'])} counted on the {u['counted_from']}",
+        f"certificate   I·C·a/N² = {r['certificate']:.3e}",
+        f"measured      sup‖f−g‖∞ = {m['sup_error']:.3e}  = {r['measured_over_certificate']:.3f} × "
+        f"certificate   ({task_line}, {m['n_evaluations']:,} evaluations, {m['seconds']:.1f} s)",
+        f"              worst at {z_where}; stages "
+        + ", ".join(f"{k} {v:.2e}" for k, v in m["by_stage"].items()),
+    ]
+    if r["dense_vs_structured_max_abs"] is not None:
+        lines.append(f"dense check   max|dense − structured| = {r['dense_vs_structured_max_abs']:.1e}")
+    lines += [f"{'PASS' if ok else 'FAIL'}          {name}" for name, ok in r["checks"].items()]
+    lines.append(f"verdict       {'PASS' if r['passed'] else 'FAIL'}  ({r['seconds']:.1f} s)")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    try:
+        args = parse_args(argv)
+        report = run(args)
+    except UsageError as e:
+        print(f"verify.bound: error: {e} (see --help)", file=sys.stderr)
+        return 2
+    print(json.dumps(report, indent=2) if args.json else format_report(report))
+    return 0 if report["passed"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
