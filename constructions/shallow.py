@@ -27,6 +27,7 @@ from theory.bounds import (
     hidden_units,
     instance_C,
     readout_norm,
+    rounding_floor,
     square_interpolant,
     square_relu_coefficients,
 )
@@ -59,6 +60,12 @@ class ShallowConstruction(nn.Module):
 
     def certificate(self) -> float:
         return certificate(self.I, self.C, self.a, self.N)
+
+    def rounding_floor(self, unit_roundoff: float = 2.0**-53, dense: bool = False) -> float:
+        """Worst-case floating-point error of evaluating this network (2⁻⁵³: float64),
+        in structured form or, with `dense`, as the nn.Sequential."""
+        return rounding_floor(self.I, self.H, self.M, self.K, self.C, self.a, self.N,
+                              unit_roundoff, dense)
 
     def hidden_units(self) -> HiddenUnits:
         return hidden_units(self.I, self.H, self.M, self.N, self.variant)

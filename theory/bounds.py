@@ -77,6 +77,25 @@ def certificate(I: int, C: float, a: float, N: int) -> float:
     return I * C * a / N**2
 
 
+def rounding_floor(I: int, H: int, M: int, K: int, C: float, a: float, N: int,
+                   unit_roundoff: float = 2.0**-53, dense: bool = True) -> float:
+    """Worst-case rounding error of evaluating the network in floating point.
+
+    The dense MLP's longest accumulation is a layer-2 unit: n = 2·I·N + M terms, then H in
+    the readout. The structured evaluator sums only M (for c = z·W), I and H terms. Partial
+    sums stay below 16·I·C + √K in size (each ŝ-sum's partial sums lie within [-4, 8],
+    times C, for u and v, plus the bias ≤ √K/2), and the readout multiplies by at most a.
+    The classical bound γ_n·Σ|terms| with γ_n = n·u/(1 − n·u) gives the floor below which
+    a measured error says nothing about the approximation. It is a worst case: typical
+    rounding grows like √n·u. float64: u = 2⁻⁵³; float32: u = 2⁻²⁴.
+    """
+    n = (2 * I * N + M + H) if dense else (M + I + H)
+    if n * unit_roundoff >= 1.0:
+        return math.inf
+    gamma = n * unit_roundoff / (1.0 - n * unit_roundoff)
+    return gamma * a * (16.0 * I * C + math.sqrt(K))
+
+
 def square_knots(N: int) -> np.ndarray:
     """The N+1 uniform knots t_k = -1 + 2k/N of [-1, 1]."""
     return -1.0 + 2.0 * np.arange(N + 1) / N

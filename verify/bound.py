@@ -92,8 +92,26 @@ def build_parser() -> Parser:
     return p
 
 
+def _glue_negative_numbers(argv: list[str]) -> list[str]:
+    """argparse reads '--eps -1e-3' as two options; glue it to '--eps=-1e-3' so the value
+    reaches the validator and the user hears what is allowed."""
+    out: list[str] = []
+    for token in argv:
+        if out and out[-1].startswith("--") and "=" not in out[-1] and token.startswith("-"):
+            try:
+                float(token)
+            except ValueError:
+                pass
+            else:
+                out[-1] = f"{out[-1]}={token}"
+                continue
+        out.append(token)
+    return out
+
+
 def parse_args(argv):
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = build_parser().parse_args(_glue_negative_numbers(argv))
     for name, allowed in (("weights", WEIGHTS), ("encoding", ENCODINGS),
                           ("variant", VARIANTS), ("constants", CONSTANTS)):
         if getattr(args, name) not in allowed:
@@ -164,6 +182,11 @@ def run(args) -> dict:
         check_memory(dense_bytes_for_measurement(net, 8192), "--dense (the dense first layer)")
     if args.save:
         check_memory(2 * net.dense_bytes(), "--save (network.pt holds the dense network)")
+    floor = net.rounding_floor(dense=args.dense)
+    if net.certificate() <= 10 * floor:
+        raise UsageError(f"ε={args.eps:g} is below what float64 can verify here: the worst-case "
+                         f"rounding error {floor:.1e} exceeds a tenth of the certificate "
+                         f"{net.certificate():.1e}; use a larger --eps")
     if args.dense or args.save or net.dense_bytes() <= DENSE_CHECK_BYTES:
         dense = net.to_sequential()
     widths = count_hidden_units(dense) if dense is not None else list(units.widths)
@@ -175,7 +198,8 @@ def run(args) -> dict:
     cert = net.certificate()
     checks = {
         "certificate <= eps": cert <= args.eps,
-        "measured <= certificate": measured.sup_error <= cert,
+        # Rounding can push an exact-math tie a hair over: allow the float64 worst case.
+        "measured <= certificate": measured.sup_error <= cert + floor,
         "count = formula": sum(widths) == units.total,
     }
     if agreement is not None:
@@ -196,6 +220,7 @@ def run(args) -> dict:
                              counted_from="nn.Sequential" if dense is not None else "structured"),
         "hidden_units_" + other: hidden_units(cfg.I, cfg.H, cfg.M, net.N, other).total,
         "certificate": cert,
+        "rounding_floor_float64": floor,
         "measured": measured.to_dict() | dict(
             network="dense nn.Sequential" if args.dense else "structured evaluator"),
         "measured_over_certificate": measured.sup_error / cert,
@@ -235,7 +260,8 @@ def format_report(r: dict) -> str:
         f"              total         = {u['total']:,}   theorem: {u['formula']}, "
         f"O(1/√ε + M)   [{other}: {r['hidden_units_' + other]:,}]",
         f"              widths        = {tuple(u['widths'])} counted on the {u['counted_from']}",
-        f"certificate   I·C·a/N² = {r['certificate']:.3e}",
+        f"certificate   I·C·a/N² = {r['certificate']:.3e}   (float64 rounding ≤ "
+        f"{r['rounding_floor_float64']:.1e})",
         f"measured      sup‖f−g‖∞ = {m['sup_error']:.3e}  = {r['measured_over_certificate']:.3f} × "
         f"certificate   ({task_line}, {m['n_evaluations']:,} evaluations, {m['seconds']:.1f} s)",
         f"              worst at {z_where}; stages "

@@ -129,6 +129,11 @@ def measure_sup_error(f, teacher: Hyperteacher, *, max_tasks: int = 20_000,
         onehot = torch.zeros(R, sup.shape[1], M, dtype=torch.float64)
         onehot[active] = torch.nn.functional.one_hot(sup[active], M).double()
         w0 = torch.as_tensor(z_tasks[task_of_start]).gather(1, sup.clamp(min=0)) * active
+        if refine_z:
+            # Half the starts leave the family's weight levels for a uniform point of the
+            # support's box: an exact level can sit where the error and its gradient vanish.
+            fresh = torch.as_tensor(rng.random(R) < 0.5) & (torch.arange(R) % refine_starts != 0)
+            w0[fresh] = torch.as_tensor(rng.random((int(fresh.sum()), sup.shape[1]))) * active[fresh]
         w = w0.clone().requires_grad_(refine_z)
         bar = Progress(refine_steps, "refine", progress)
         for step in range(refine_steps):

@@ -1,0 +1,12 @@
+"""Hypothesis profiles: `ci` (default, fast, derandomised so a red CI can be replayed) and
+`thorough` (many random examples). Select with HYPOTHESIS_PROFILE=thorough pytest."""
+
+import os
+
+from hypothesis import HealthCheck, settings
+
+settings.register_profile("ci", max_examples=20, deadline=None, derandomize=True,
+                          suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile("thorough", max_examples=300, deadline=None,
+                          suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))

@@ -1,0 +1,112 @@
+"""python -m verify.bound: output, exit codes, bad input and --save."""
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+import verify.bound
+from constructions import Hyperteacher
+from verify.measure import measure_sup_error
+
+SMALL = ["--M", "5", "--K", "2", "--I", "3", "--H", "3", "--O", "2", "--eps", "1e-2", "--no-progress"]
+
+
+def run_main(capsys, argv):
+    code = verify.bound.main(argv)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_module_entry_point_prints_a_passing_report():
+    proc = subprocess.run([sys.executable, "-m", "verify.bound", *SMALL], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    for text in ("squares 2·I·H·N", "certificate", "measured", "PASS", "verdict       PASS"):
+        assert text in proc.stdout
+
+
+def test_help_exits_zero(capsys):
+    with pytest.raises(SystemExit) as exc:
+        verify.bound.main(["--help"])
+    assert exc.value.code == 0
+    assert "--eps" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("variant", ["theorem", "lean"])
+@pytest.mark.parametrize("constants", ["apriori", "instance"])
+def test_json_report_holds_the_figures(capsys, variant, constants):
+    code, out, _ = run_main(capsys, [*SMALL, "--json", "--variant", variant, "--constants", constants])
+    r = json.loads(out)
+    assert code == 0 and r["passed"] and all(r["checks"].values())
+    N, units = r["N"], r["hidden_units"]
+    carry = 5 if variant == "theorem" else 3
+    assert units["total"] == 2 * 3 * 3 * N + carry + 3 == sum(units["widths"])
+    assert r["certificate"] <= r["eps"] and r["measured"]["sup_error"] <= r["certificate"]
+    assert r["measured"]["tasks_enumerated"] and r["measured"]["n_tasks"] == 15
+    assert r["dense_vs_structured_max_abs"] <= 1e-10
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--eps", "0"], "positive"), (["--eps", "-1e-3"], "positive"), (["--eps", "nan"], "positive"),
+    (["--eps", "inf"], "positive"), (["--eps", "abc"], "positive"), (["--M", "3", "--K", "4"], "at most"),
+    (["--M", "0"], "positive integer"), (["--I", "-2"], "positive integer"),
+    (["--weights", "binary"], "khot, discrete, continuous"), (["--encoding", "tokens"], "identity, orthogonal"),
+    (["--variant", "wide"], "theorem, lean"), (["--constants", "guess"], "apriori, instance"),
+    (["--frobnicate"], "unrecognized"),
+])
+def test_bad_input_gets_one_line_and_exit_2(capsys, argv, message):
+    code, out, err = run_main(capsys, argv)
+    assert code == 2 and out == ""
+    assert message in err and err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_dense_that_cannot_fit_is_refused_with_its_size(capsys):
+    code, _, err = run_main(capsys, ["--M", "1024", "--eps", "1e-5", "--dense"])
+    assert code == 2 and "GiB" in err and "--dense" in err
+
+
+def test_eps_below_float64_resolution_is_refused(capsys):
+    code, _, err = run_main(capsys, [*SMALL[:-3], "--eps", "1e-15"])
+    assert code == 2 and "float64" in err
+
+
+def test_a_violated_bound_exits_1(capsys, monkeypatch):
+    """Feed in a constant that is too small: the measurer must catch it and the CLI say FAIL."""
+    real = verify.bound.build_construction
+
+    def too_small(teacher, eps, **kw):
+        net = real(teacher, eps, **kw)
+        return real(teacher, eps, C=0.5 * net.C, **kw)
+
+    monkeypatch.setattr(verify.bound, "build_construction", too_small)
+    code, out, _ = run_main(capsys, SMALL)
+    assert code == 1
+    assert "FAIL          measured <= certificate" in out and "verdict       FAIL" in out
+
+
+def test_save_writes_the_three_files_other_tools_read(capsys, tmp_path):
+    code, out, _ = run_main(capsys, [*SMALL, "--json", "--save", str(tmp_path)])
+    assert code == 0
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert report["N"] == json.loads(out)["N"]
+    with np.load(tmp_path / "teacher.npz") as f:
+        assert f["W"].shape == (5, 3, 3) and f["b"].shape == (5, 3) and f["A"].shape == (3, 2)
+        assert int(f["K"]) == 2 and len(f["weight_values"]) == 6
+    teacher = Hyperteacher.load_npz(tmp_path / "teacher.npz")
+    state = torch.load(tmp_path / "network.pt")
+    n1, n2 = report["hidden_units"]["widths"]
+    net = torch.nn.Sequential(torch.nn.Linear(8, n1), torch.nn.ReLU(), torch.nn.Linear(n1, n2),
+                              torch.nn.ReLU(), torch.nn.Linear(n2, 2)).double()
+    net.load_state_dict(state)
+    # The reloaded plain MLP, measured afresh against the reloaded teacher, meets the certificate.
+    assert measure_sup_error(net, teacher, refine_steps=30).sup_error <= report["certificate"]
+
+
+def test_dense_flag_measures_the_nn_sequential(capsys):
+    code, out, _ = run_main(capsys, [*SMALL, "--json", "--dense"])
+    r = json.loads(out)
+    assert code == 0 and r["measured"]["network"] == "dense nn.Sequential"
