@@ -54,7 +54,8 @@ def test_json_report_holds_the_figures(capsys, variant, constants):
     (["--eps", "0"], "positive"), (["--eps", "-1e-3"], "positive"), (["--eps", "nan"], "positive"),
     (["--eps", "inf"], "positive"), (["--eps", "abc"], "positive"), (["--M", "3", "--K", "4"], "at most"),
     (["--M", "0"], "positive integer"), (["--I", "-2"], "positive integer"),
-    (["--weights", "binary"], "khot, discrete, continuous"), (["--encoding", "tokens"], "identity, orthogonal"),
+    (["--weights", "binary"], "khot, discrete, continuous"),
+    (["--encoding", "tokens"], "identity, orthogonal"),
     (["--variant", "wide"], "theorem, lean"), (["--constants", "guess"], "apriori, instance"),
     (["--frobnicate"], "unrecognized"),
 ])
