@@ -13,7 +13,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from scipy.special import ndtr, ndtri
 
 from theory.bounds import TRUNCATION, init_std
 
@@ -122,8 +121,8 @@ def truncated_normal(rng: np.random.Generator, shape, fan_in: int) -> np.ndarray
     Inverse-CDF sampling uses exactly one uniform per entry, in C order, so the first
     modules of a teacher do not depend on how many modules follow them.
     """
-    lo, hi = ndtr(-TRUNCATION), ndtr(TRUNCATION)
-    draw = ndtri(lo + (hi - lo) * rng.random(shape))
+    lo, hi = torch.special.ndtr(torch.tensor([-TRUNCATION, TRUNCATION], dtype=torch.float64))
+    draw = torch.special.ndtri(lo + (hi - lo) * torch.as_tensor(rng.random(shape))).numpy()
     return init_std(fan_in) * np.clip(draw, -TRUNCATION, TRUNCATION)
 
 

@@ -135,6 +135,20 @@ def available_bytes() -> int:
     return 8 * GIB
 
 
+def peak_memory_bytes() -> int | None:
+    """This process's peak resident memory (VmHWM), or None where /proc is missing.
+    VmHWM belongs to the address space, so unlike ru_maxrss it does not count what a
+    parent process held before it started this one."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
 def structured_bytes(args, tasks: int) -> int:
     """Peak memory of the default path: the teacher (held ~3×: numpy, scaled copy,
     autograd), the task latents, and one chunk of per-row (I, H) temporaries."""
@@ -228,6 +242,7 @@ def run(args) -> dict:
         "checks": checks,
         "passed": all(checks.values()),
         "seconds": time.perf_counter() - start,
+        "peak_memory_gib": (peak_memory_bytes() or 0) / GIB,
     }
     if args.save:
         out = Path(args.save)
@@ -256,10 +271,10 @@ def format_report(r: dict) -> str:
         f"(→ √(I·C·a) = {r['N_sqrt_eps_limit']:.3f})",
         f"hidden units  squares 2·I·H·N = {u['squares']:,}",
         f"              carry {carry:<9} = {u['carry']:,}",
-        f"              layer 2 H     = {u['teacher']:,}",
-        f"              total         = {u['total']:,}   theorem: {u['formula']}, "
-        f"O(1/√ε + M)   [{other}: {r['hidden_units_' + other]:,}]",
-        f"              widths        = {tuple(u['widths'])} counted on the {u['counted_from']}",
+        f"              layer 2 H       = {u['teacher']:,}",
+        f"              total           = {u['total']:,}   formula {u['formula']} = O(1/√ε + M)",
+        f"              widths          = {tuple(u['widths'])} counted on the {u['counted_from']}",
+        f"              ({other} variant: {r['hidden_units_' + other]:,})",
         f"certificate   I·C·a/N² = {r['certificate']:.3e}   (float64 rounding ≤ "
         f"{r['rounding_floor_float64']:.1e})",
         f"measured      sup‖f−g‖∞ = {m['sup_error']:.3e}  = {r['measured_over_certificate']:.3f} × "
@@ -270,7 +285,8 @@ def format_report(r: dict) -> str:
     if r["dense_vs_structured_max_abs"] is not None:
         lines.append(f"dense check   max|dense − structured| = {r['dense_vs_structured_max_abs']:.1e}")
     lines += [f"{'PASS' if ok else 'FAIL'}          {name}" for name, ok in r["checks"].items()]
-    lines.append(f"verdict       {'PASS' if r['passed'] else 'FAIL'}  ({r['seconds']:.1f} s)")
+    lines.append(f"verdict       {'PASS' if r['passed'] else 'FAIL'}  ({r['seconds']:.1f} s, "
+                 f"peak memory {r['peak_memory_gib']:.2f} GiB)")
     return "\n".join(lines)
 
 
