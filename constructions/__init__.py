@@ -13,10 +13,11 @@ from constructions.hyperteacher import (
     sample_supports,
     support_weights,
 )
+from constructions.memorize import build_memorizer
 from constructions.shallow import ShallowConstruction, build_construction
 
 __all__ = [
     "ENCODINGS", "WEIGHTS", "Hyperteacher", "HyperteacherConfig", "ShallowConstruction",
-    "build_construction", "dense_latents", "enumerate_supports", "n_supports",
+    "build_construction", "build_memorizer", "dense_latents", "enumerate_supports", "n_supports",
     "sample_hyperteacher", "sample_inputs", "sample_supports", "support_weights",
 ]

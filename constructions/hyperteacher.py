@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from theory.bounds import TRUNCATION, init_std
+from theory.bounds import TRUNCATION, init_std, n_tasks
 
 WEIGHTS = ("khot", "discrete", "continuous")
 ENCODINGS = ("identity", "orthogonal")
@@ -147,8 +147,8 @@ def sample_hyperteacher(cfg: HyperteacherConfig) -> Hyperteacher:
 
 
 def n_supports(M: int, K: int) -> int:
-    """Σ_{k=1..K} C(M, k): the number of distinct tasks' supports."""
-    return sum(math.comb(M, k) for k in range(1, K + 1))
+    """Σ_{k=1..K} C(M, k): the number of distinct tasks' supports (theory's `n_tasks`)."""
+    return n_tasks(M, K)
 
 
 def enumerate_supports(M: int, K: int) -> np.ndarray:

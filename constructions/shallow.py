@@ -96,49 +96,48 @@ class ShallowConstruction(nn.Module):
     def to_sequential(self, dtype: torch.dtype = torch.float64) -> nn.Sequential:
         """The dense standard MLP: Linear, ReLU, Linear, ReLU, Linear, input [e(z), x].
 
-        Layer-1 rows are ordered (square ∈ {u, v}, i, h, k), then the carry units.
+        Layer-1 rows are ordered (square ∈ {u, v}, i, h, k), then the carry units. Weights
+        are written in place into the Linear layers (skipping their random init), so the
+        peak memory is one copy of the dense parameters plus a block of I·H·N rows.
         """
-        I, H, M, N, C = self.I, self.H, self.M, self.N, self.C
+        I, H, M, N, C, D = self.I, self.H, self.M, self.N, self.C, self.input_dim
         knots, alpha = square_relu_coefficients(N)
-        W_over_C = self.W_over_C.numpy().reshape(M, I, H)
-        b_tilde = self.b_tilde.numpy()
+        knots, alpha = torch.as_tensor(knots), torch.as_tensor(alpha)
         n_squares = 2 * I * H * N
         n1, n2 = self.hidden_units().widths
+        first = nn.utils.skip_init(nn.Linear, D, n1, dtype=dtype)
+        second = nn.utils.skip_init(nn.Linear, n1, n2, dtype=dtype)
+        readout = nn.utils.skip_init(nn.Linear, n2, self.O, dtype=dtype)
+        z_to_e = self.Q.T if self.Q is not None else None  # rows act on e = zQᵀ as on z
 
-        # Layer 1: u_ih − t_k = x_i/2 + c_ih/(2C) − t_k, and v with −c_ih.
-        w1_z = np.zeros((2, I, H, N, M))
-        w1_x = np.zeros((2, I, H, N, I))
-        c_rows = W_over_C.transpose(1, 2, 0)[:, :, None, :] / 2  # (I, H, 1, M)
-        w1_z[0], w1_z[1] = c_rows, -c_rows
-        w1_x[:, np.arange(I), :, :, np.arange(I)] = 0.5
-        b1 = np.broadcast_to(-knots, (2, I, H, N)).reshape(-1)
-        w1_z = w1_z.reshape(n_squares, M)
-        w1_x = w1_x.reshape(n_squares, I)
-        carry_z = np.eye(M) if self.variant == "theorem" else b_tilde.T
-        w1_z = np.concatenate([w1_z, carry_z])
-        w1_x = np.concatenate([w1_x, np.zeros((len(carry_z), I))])
-        b1 = np.concatenate([b1, np.zeros(len(carry_z))])
-        if self.Q is not None:
-            w1_z = w1_z @ self.Q.numpy().T  # acts on e = zQᵀ as the old rows acted on z
-
-        # Layer 2: p_h = Σ_i C(ŝ(u_ih) − ŝ(v_ih)) + b_h(z̃); the two constant 1s cancel.
-        w2 = np.zeros((H, 2, I, H, N))
-        h = np.arange(H)
-        w2[h, 0, :, h, :] = C * alpha
-        w2[h, 1, :, h, :] = -C * alpha
-        carry_w2 = b_tilde.T if self.variant == "theorem" else np.eye(H)
-        w2 = np.concatenate([w2.reshape(H, n_squares), carry_w2], axis=1)
-
-        layers = [nn.Linear(self.input_dim, n1), nn.ReLU(), nn.Linear(n1, n2), nn.ReLU(),
-                  nn.Linear(n2, self.O)]
-        weights = [(np.concatenate([w1_z, w1_x], axis=1), b1), (w2, np.zeros(n2)),
-                   (self.A.numpy().T, np.zeros(self.O))]
-        net = nn.Sequential(*layers).to(dtype)
         with torch.no_grad():
-            for linear, (w, b) in zip(net[::2], weights, strict=True):
-                linear.weight.copy_(torch.as_tensor(w))
-                linear.bias.copy_(torch.as_tensor(b))
-        return net
+            # Layer 1: u_ih − t_k = x_i/2 + c_ih/(2C) − t_k, and v the same with −c_ih.
+            w1 = first.weight
+            w1.zero_()
+            c_rows = self.W_over_C.view(M, I, H).permute(1, 2, 0) / 2  # (I, H, M)
+            if z_to_e is not None:
+                c_rows = c_rows @ z_to_e
+            squares = w1[:n_squares].view(2, I, H, N, D)
+            for sign, block in zip((1.0, -1.0), squares, strict=True):
+                block[..., :M] = sign * c_rows[:, :, None, :]
+                block[..., M:].diagonal(dim1=0, dim2=3).fill_(0.5)  # x_i enters row (i, ·, ·)
+            first.bias[:n_squares] = (-knots).repeat(2 * I * H)
+            carry_z = torch.eye(M, dtype=torch.float64) if self.variant == "theorem" else self.b_tilde.T
+            w1[n_squares:, :M] = carry_z @ z_to_e if z_to_e is not None else carry_z
+            first.bias[n_squares:] = 0.0
+
+            # Layer 2: p_h = Σ_i C(ŝ(u_ih) − ŝ(v_ih)) + b_h(z̃); the two constant 1s cancel.
+            w2 = second.weight
+            w2.zero_()
+            per_unit = w2[:, :n_squares].view(H, 2, I, H, N)
+            for h in range(H):
+                per_unit[h, 0, :, h, :] = C * alpha
+                per_unit[h, 1, :, h, :] = -C * alpha
+            w2[:, n_squares:] = self.b_tilde.T if self.variant == "theorem" else torch.eye(H)
+            second.bias.zero_()
+            readout.weight.copy_(self.A.T)
+            readout.bias.zero_()
+        return nn.Sequential(first, nn.ReLU(), second, nn.ReLU(), readout)
 
 
 def construction_constants(teacher: Hyperteacher, constants: str = "apriori") -> tuple[float, float]:

@@ -161,3 +161,14 @@ def hidden_units(I: int, H: int, M: int, N: int, variant: str = "theorem") -> Hi
 
 def count_formula(variant: str = "theorem") -> str:
     return "2·I·H·N + M + H" if variant == "theorem" else "2·I·H·N + 2·H"
+
+
+def n_tasks(M: int, K: int) -> int:
+    """Σ_{k=1..K} C(M, k): how many distinct supports (tasks, for `khot`) there are."""
+    return sum(math.comb(M, k) for k in range(1, K + 1))
+
+
+def memorization_hidden_units(M: int, K: int, H: int) -> int:
+    """Width of the memorizing network: a copy of the teacher's H units per task, so it
+    grows like H·M^K/K! where the compositional construction grows like M."""
+    return H * n_tasks(M, K)

@@ -149,12 +149,12 @@ def peak_memory_bytes() -> int | None:
     return None
 
 
-def structured_bytes(args, tasks: int) -> int:
+def structured_bytes(cfg: HyperteacherConfig, tasks: int) -> int:
     """Peak memory of the default path: the teacher (held ~3×: numpy, scaled copy,
     autograd), the task latents, and one chunk of per-row (I, H) temporaries."""
-    teacher = args.M * args.I * args.H + args.M * args.H + args.H * args.O
-    latents = 2 * tasks * args.M
-    chunk = 8192 * (2 * args.M + 12 * args.I * args.H)
+    teacher = cfg.M * cfg.I * cfg.H + cfg.M * cfg.H + cfg.H * cfg.O
+    latents = 2 * tasks * cfg.M
+    chunk = 8192 * (2 * cfg.M + 12 * cfg.I * cfg.H)
     return (3 * teacher + latents + chunk) * BYTES_PER_FLOAT64
 
 
@@ -180,63 +180,68 @@ def dense_agreement(net: ShallowConstruction, dense: torch.nn.Module, teacher, s
         return float((net(inputs) - dense(inputs)).abs().max())
 
 
-def run(args) -> dict:
-    start = time.perf_counter()
-    cfg = HyperteacherConfig(I=args.I, H=args.H, O=args.O, M=args.M, K=args.K,
-                             weights=args.weights, encoding=args.encoding, seed=args.seed)
-    tasks = min(args.max_tasks, math.comb(args.M, args.K) * args.K)
-    check_memory(structured_bytes(args, tasks), "the teacher and the structured evaluator")
-    teacher = sample_hyperteacher(cfg)
-    net = build_construction(teacher, args.eps, variant=args.variant, constants=args.constants)
-    units = net.hidden_units()
-    formula = count_formula(args.variant)
+def verify_point(cfg: HyperteacherConfig, eps: float, variant: str = "theorem",
+                 constants: str = "apriori", *, dense: bool = False, build_dense: bool | None = None,
+                 measure: dict | None = None, progress: bool | None = None):
+    """Build the construction for (teacher, ε), measure it, and check the theorem's claims.
 
-    dense = None
-    if args.dense:
+    Returns (report, teacher, construction, dense network or None). `dense` measures the
+    nn.Sequential itself; `build_dense` (default: when it is small) builds it to count its
+    widths and compare it with the structured evaluator. Raises UsageError for sizes that
+    cannot fit in memory and for ε below float64 resolution.
+    """
+    start = time.perf_counter()
+    measure = dict(measure or {})
+    tasks = min(measure.get("max_tasks", 20_000), math.comb(cfg.M, cfg.K) * cfg.K)
+    check_memory(structured_bytes(cfg, tasks), "the teacher and the structured evaluator")
+    teacher = sample_hyperteacher(cfg)
+    net = build_construction(teacher, eps, variant=variant, constants=constants)
+    units = net.hidden_units()
+    if dense:
         check_memory(dense_bytes_for_measurement(net, 8192), "--dense (the dense first layer)")
-    if args.save:
-        check_memory(2 * net.dense_bytes(), "--save (network.pt holds the dense network)")
-    floor = net.rounding_floor(dense=args.dense)
+    floor = net.rounding_floor(dense=dense)
     if net.certificate() <= 10 * floor:
-        raise UsageError(f"ε={args.eps:g} is below what float64 can verify here: the worst-case "
+        raise UsageError(f"ε={eps:g} is below what float64 can verify here: the worst-case "
                          f"rounding error {floor:.1e} exceeds a tenth of the certificate "
                          f"{net.certificate():.1e}; use a larger --eps")
-    if args.dense or args.save or net.dense_bytes() <= DENSE_CHECK_BYTES:
-        dense = net.to_sequential()
-    widths = count_hidden_units(dense) if dense is not None else list(units.widths)
-    agreement = dense_agreement(net, dense, teacher, args.seed) if dense is not None else None
+    if build_dense is None:
+        build_dense = net.dense_bytes() <= DENSE_CHECK_BYTES
+    elif build_dense:
+        check_memory(2 * net.dense_bytes(), "the dense nn.Sequential (for --save)")
+    dense_net = net.to_sequential() if (dense or build_dense) else None
+    widths = count_hidden_units(dense_net) if dense_net is not None else list(units.widths)
+    agreement = dense_agreement(net, dense_net, teacher, cfg.seed) if dense_net is not None else None
 
-    measured = measure_sup_error(dense if args.dense else net, teacher, max_tasks=args.max_tasks,
-                                 points_per_task=args.points, refine_steps=args.refine_steps,
-                                 seed=args.seed, progress=False if args.no_progress else None)
+    measure.setdefault("seed", cfg.seed)
+    measured = measure_sup_error(dense_net if dense else net, teacher, progress=progress, **measure)
     cert = net.certificate()
     checks = {
-        "certificate <= eps": cert <= args.eps,
+        "certificate <= eps": cert <= eps,
         # Rounding can push an exact-math tie a hair over: allow the float64 worst case.
         "measured <= certificate": measured.sup_error <= cert + floor,
         "count = formula": sum(widths) == units.total,
     }
     if agreement is not None:
         checks["dense = structured"] = agreement <= AGREEMENT_TOL
-    other = "lean" if args.variant == "theorem" else "theorem"
+    other = "lean" if variant == "theorem" else "theorem"
     report = {
         "teacher": dict(I=cfg.I, H=cfg.H, O=cfg.O, M=cfg.M, K=cfg.K, weights=cfg.weights,
                         encoding=cfg.encoding, seed=cfg.seed, n_supports=teacher.n_supports()),
-        "constants": dict(kind=args.constants, C=net.C, a=net.a, C_W_apriori=apriori_C_W(cfg.I),
+        "constants": dict(kind=constants, C=net.C, a=net.a, C_W_apriori=apriori_C_W(cfg.I),
                           C_W_instance=float(np.abs(teacher.W).max())),
-        "eps": args.eps,
-        "variant": args.variant,
+        "eps": eps,
+        "variant": variant,
         "N": net.N,
-        "N_sqrt_eps": net.N * math.sqrt(args.eps),
+        "N_sqrt_eps": net.N * math.sqrt(eps),
         "N_sqrt_eps_limit": math.sqrt(cfg.I * net.C * net.a),
         "hidden_units": dict(squares=units.squares, carry=units.carry, teacher=units.teacher,
-                             total=units.total, widths=widths, formula=formula,
-                             counted_from="nn.Sequential" if dense is not None else "structured"),
+                             total=units.total, widths=widths, formula=count_formula(variant),
+                             counted_from="nn.Sequential" if dense_net is not None else "structured"),
         "hidden_units_" + other: hidden_units(cfg.I, cfg.H, cfg.M, net.N, other).total,
         "certificate": cert,
         "rounding_floor_float64": floor,
         "measured": measured.to_dict() | dict(
-            network="dense nn.Sequential" if args.dense else "structured evaluator"),
+            network="dense nn.Sequential" if dense else "structured evaluator"),
         "measured_over_certificate": measured.sup_error / cert,
         "dense_vs_structured_max_abs": agreement,
         "checks": checks,
@@ -244,11 +249,22 @@ def run(args) -> dict:
         "seconds": time.perf_counter() - start,
         "peak_memory_gib": (peak_memory_bytes() or 0) / GIB,
     }
+    return report, teacher, net, dense_net
+
+
+def run(args) -> dict:
+    cfg = HyperteacherConfig(I=args.I, H=args.H, O=args.O, M=args.M, K=args.K,
+                             weights=args.weights, encoding=args.encoding, seed=args.seed)
+    report, teacher, net, dense_net = verify_point(
+        cfg, args.eps, args.variant, args.constants, dense=args.dense,
+        build_dense=True if args.save else None,
+        measure=dict(max_tasks=args.max_tasks, points_per_task=args.points, refine_steps=args.refine_steps),
+        progress=False if args.no_progress else None)
     if args.save:
         out = Path(args.save)
         out.mkdir(parents=True, exist_ok=True)
         teacher.save_npz(out / "teacher.npz")
-        torch.save(dense.state_dict(), out / "network.pt")
+        torch.save(dense_net.state_dict(), out / "network.pt")
         (out / "report.json").write_text(json.dumps(report, indent=2))
     return report
 
