@@ -53,6 +53,9 @@ class ShallowConstruction(nn.Module):
         self.register_buffer("b_tilde", t(teacher.b / root_K))  # b(z̃) = z @ b_tilde
         self.register_buffer("A", t(teacher.A))
         self.register_buffer("Q", t(teacher.Q) if teacher.Q is not None else None)
+        # The square block's knots t_k: forward() uses the closed-form chord instead of the
+        # ReLU sum, but the network's first layer is defined by these N breakpoints.
+        self.register_buffer("knots", t(square_relu_coefficients(self.N)[0]))
 
     @property
     def input_dim(self) -> int:
@@ -86,6 +89,14 @@ class ShallowConstruction(nn.Module):
         else:
             carry = torch.relu(z @ self.b_tilde)
         return torch.relu(products.sum(dim=1) + carry) @ self.A
+
+    def counted_widths(self) -> list[int]:
+        """Hidden widths read off this object's parameters (not from the formula): two
+        ReLU blocks of len(knots) units per (i, h) column of the teacher map, the carry
+        (one unit per z_m, or per b_h), and the H units of the teacher's layer."""
+        n_products = self.W_over_C.shape[1]
+        carry = self.W_over_C.shape[0] if self.variant == "theorem" else self.b_tilde.shape[1]
+        return [2 * n_products * self.knots.numel() + carry, self.A.shape[0]]
 
     def dense_bytes(self) -> int:
         """Memory the parameters of `to_sequential()` take."""

@@ -209,7 +209,7 @@ def verify_point(cfg: HyperteacherConfig, eps: float, variant: str = "theorem",
     elif build_dense:
         check_memory(2 * net.dense_bytes(), "the dense nn.Sequential (for --save)")
     dense_net = net.to_sequential() if (dense or build_dense) else None
-    widths = count_hidden_units(dense_net) if dense_net is not None else list(units.widths)
+    widths = count_hidden_units(dense_net) if dense_net is not None else net.counted_widths()
     agreement = dense_agreement(net, dense_net, teacher, cfg.seed) if dense_net is not None else None
 
     measure.setdefault("seed", cfg.seed)
