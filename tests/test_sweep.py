@@ -74,7 +74,8 @@ def test_small_sweep_writes_tidy_files_and_agrees_with_theory(tmp_path):
     assert all(math.isclose(s, 0.5, abs_tol=0.01) for s in eps_slopes)
 
 
-@pytest.mark.parametrize("argv", [["--eps", "0"], ["--M", "2", "--K", "3"], ["--weights", "x"], ["--M", "-1"]])
+@pytest.mark.parametrize("argv", [["--eps", "0"], ["--M", "2", "--K", "3"], ["--weights", "x"],
+                                  ["--M", "-1"]])
 def test_bad_input_exits_2_with_one_line(capsys, argv):
     assert sweep.main(argv) == 2
     err = capsys.readouterr().err

@@ -53,30 +53,38 @@ class SupErrorEstimate:
                     n_evaluations=self.n_evaluations, seconds=self.seconds, settings=self.settings)
 
 
-def task_set(teacher: Hyperteacher, max_tasks: int, rng: np.random.Generator):
-    """(supports (T, K), z (T, M), enumerated?) with one weight draw per support."""
-    enumerated = teacher.n_supports() <= max_tasks
-    if enumerated:
-        supports = enumerate_supports(teacher.M, teacher.K)
+def task_set(teacher: Hyperteacher, max_tasks: int, rng: np.random.Generator, supports=None):
+    """(supports (T, K), z (T, M), enumerated?) with one weight draw per support.
+
+    `supports` restricts the tasks to a given set (a split's held-out side, say); it is
+    used whole when it has at most max_tasks rows, else sampled without replacement."""
+    if supports is not None:
+        supports = np.asarray(supports)
+        enumerated = len(supports) <= max_tasks
+        if not enumerated:
+            supports = supports[np.sort(rng.choice(len(supports), max_tasks, replace=False))]
+    elif teacher.n_supports() <= max_tasks:
+        enumerated, supports = True, enumerate_supports(teacher.M, teacher.K)
     else:
-        supports = sample_supports(teacher.M, teacher.K, max_tasks, rng)
+        enumerated, supports = False, sample_supports(teacher.M, teacher.K, max_tasks, rng)
     z = dense_latents(supports, support_weights(supports, teacher.weights, rng), teacher.M)
     return supports, z, enumerated
 
 
-def pointwise_error(f, teacher: Hyperteacher, z: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-    """‖f(e(z), x) − g(x, z)‖_∞ for each row."""
-    out = f(torch.cat([teacher.encode(z), x], dim=1))
+def pointwise_error(f, teacher: Hyperteacher, z: torch.Tensor, x: torch.Tensor, encode=None) -> torch.Tensor:
+    """‖f(e(z), x) − g(x, z)‖_∞ for each row; e is `encode`, by default the teacher's own."""
+    e = (teacher.encode if encode is None else encode)(z)
+    out = f(torch.cat([e, x], dim=1))
     return (out - teacher.forward(z, x)).abs().amax(dim=1)
 
 
-def _chunked_error(f, teacher, z, x, batch_rows):
+def _chunked_error(f, teacher, z, x, batch_rows, encode=None):
     with torch.no_grad():
-        return torch.cat([pointwise_error(f, teacher, z[s:s + batch_rows], x[s:s + batch_rows])
+        return torch.cat([pointwise_error(f, teacher, z[s:s + batch_rows], x[s:s + batch_rows], encode)
                           for s in range(0, len(x), batch_rows)])
 
 
-def measure_sup_error(f, teacher: Hyperteacher, *, max_tasks: int = 20_000,
+def measure_sup_error(f, teacher: Hyperteacher, *, encode=None, supports=None, max_tasks: int = 20_000,
                       points_per_task: int = 16, refine_tasks: int = 32, refine_starts: int = 16,
                       refine_steps: int = 100, refine_z: bool = True, grid_points: int | None = None,
                       seed: int = 0, batch_rows: int = 8192,
@@ -84,7 +92,7 @@ def measure_sup_error(f, teacher: Hyperteacher, *, max_tasks: int = 20_000,
     start = time.perf_counter()
     rng = np.random.default_rng(seed)
     I, M = teacher.I, teacher.M
-    supports, z_tasks, enumerated = task_set(teacher, max_tasks, rng)
+    supports, z_tasks, enumerated = task_set(teacher, max_tasks, rng, supports)
     T = len(supports)
     by_stage: dict[str, float] = {}
 
@@ -97,7 +105,7 @@ def measure_sup_error(f, teacher: Hyperteacher, *, max_tasks: int = 20_000,
     for s in range(0, T, tasks_per_chunk):
         zc = torch.as_tensor(np.repeat(z_tasks[s:s + tasks_per_chunk], P, axis=0))
         xc = torch.as_tensor(sample_inputs(len(zc), I, rng))
-        err = _chunked_error(f, teacher, zc, xc, batch_rows).view(-1, P)
+        err = _chunked_error(f, teacher, zc, xc, batch_rows, encode).view(-1, P)
         worst, where = err.max(dim=1)
         n = len(worst)
         task_err[s:s + n] = worst.numpy()
@@ -141,7 +149,7 @@ def measure_sup_error(f, teacher: Hyperteacher, *, max_tasks: int = 20_000,
             # late small ones settle on the top of one.
             lr = 0.1 * (1e-4 / 0.1) ** (step / max(refine_steps - 1, 1))
             z = torch.einsum("rk,rkm->rm", w, onehot)
-            err = pointwise_error(f, teacher, z, x)
+            err = pointwise_error(f, teacher, z, x, encode)
             offer(err, x, z, "refine")
             err.sum().backward()
             with torch.no_grad():
@@ -156,7 +164,7 @@ def measure_sup_error(f, teacher: Hyperteacher, *, max_tasks: int = 20_000,
         bar.close()
         with torch.no_grad():
             z = torch.einsum("rk,rkm->rm", w, onehot)
-            offer(pointwise_error(f, teacher, z, x), x, z, "refine")
+            offer(pointwise_error(f, teacher, z, x, encode), x, z, "refine")
         n_evals += R * (refine_steps + 1)
 
     # Stage 3: a grid over x on the worst tasks, when the box is low-dimensional.
@@ -166,7 +174,7 @@ def measure_sup_error(f, teacher: Hyperteacher, *, max_tasks: int = 20_000,
         grid = torch.cartesian_prod(*[axis] * I).view(-1, I)
         for t in top[: min(len(top), 8)]:
             zt = torch.as_tensor(z_tasks[t]).expand(len(grid), M)
-            offer(_chunked_error(f, teacher, zt, grid, batch_rows), grid, zt, "grid")
+            offer(_chunked_error(f, teacher, zt, grid, batch_rows, encode), grid, zt, "grid")
             n_evals += len(grid)
 
     support = [int(m) for m in np.flatnonzero(best["z"])]

@@ -1,0 +1,250 @@
+"""Task encodings e(z): what the student sees of the task, as the first part of [e(z), x].
+
+The theorem's explicit construction reads z through a linear first layer, so any linear
+bijection of z is absorbed into that layer at no cost: only `LINEAR_ENCODINGS` are
+supported there. The other encodings ask whether a *learned* network still generalizes
+compositionally when z is scrambled non-linearly (`interval_shuffle`, `invertible_nn`),
+given as discrete symbols (`tokens`), or only shown through examples (`fewshot`).
+
+Every encoder is fixed once built: all its randomness comes from `seed`, never from the
+teacher's seed, so the same encoding can be put in front of different teachers. Inputs
+and outputs are float64 torch tensors with tasks as rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from constructions.hyperteacher import Hyperteacher
+
+ENCODING_NAMES = ("identity", "orthogonal", "interval_shuffle", "invertible_nn", "tokens", "fewshot")
+LINEAR_ENCODINGS = ("identity", "orthogonal")
+TOKEN_PAD_INDEX = -1.0  # no module has index −1, so a pad pair cannot be read as a task
+TOKEN_PAD_WEIGHT = 0.0  # the weight of an inactive module, as in z itself
+
+# The options each encoding takes, with their defaults.
+OPTIONS: dict[str, dict] = {
+    "identity": {}, "orthogonal": {}, "tokens": {},
+    "interval_shuffle": {"n_intervals": 10},
+    "invertible_nn": {"n_layers": 3, "hidden": 16, "s_scale": 1.0},
+    "fewshot": {"n_shots": 8},
+}
+
+
+@dataclass(frozen=True, eq=False)  # eq=False: state holds arrays and the maps are closures
+class TaskEncoder:
+    """A fixed map e: (B, M) latents → (B, dim) encodings, float64 in and out.
+
+    `differentiable` says whether gradients through e are meaningful (torch autograd runs
+    through all of them, but `tokens` is piecewise constant and `interval_shuffle` jumps
+    at the interval ends). `inverse` is there for the bijections (identity, orthogonal,
+    interval_shuffle, invertible_nn). `state` holds the fixed random draws (Q, the
+    permutation, the coupling weights, the shot inputs) for inspection and tests.
+    """
+
+    name: str
+    M: int
+    dim: int
+    differentiable: bool
+    encode: Callable[[torch.Tensor], torch.Tensor] = field(repr=False)
+    decode: Callable[[torch.Tensor], torch.Tensor] | None = field(default=None, repr=False)
+    state: dict = field(default_factory=dict, repr=False)
+
+    def __call__(self, z) -> torch.Tensor:
+        z = torch.as_tensor(z, dtype=torch.float64)
+        if z.ndim != 2 or z.shape[1] != self.M:
+            raise ValueError(f"z must have shape (B, {self.M}), got {tuple(z.shape)}")
+        return self.encode(z)
+
+    def inverse(self, e) -> torch.Tensor:
+        """z from e(z), for the encodings that are bijections."""
+        if self.decode is None:
+            raise NotImplementedError(f"the {self.name} encoding has no inverse")
+        e = torch.as_tensor(e, dtype=torch.float64)
+        if e.ndim != 2 or e.shape[1] != self.dim:
+            raise ValueError(f"e must have shape (B, {self.dim}), got {tuple(e.shape)}")
+        return self.decode(e)
+
+
+def make_encoder(name: str, teacher: Hyperteacher, seed: int = 0, **options) -> TaskEncoder:
+    """The encoder `name` for tasks of `teacher`, its random parts drawn from `seed`.
+
+    `options` override the defaults in `OPTIONS[name]`; unknown ones are an error.
+    """
+    if name not in ENCODING_NAMES:
+        raise ValueError(f"encoding must be one of {', '.join(ENCODING_NAMES)}; got {name!r}")
+    unknown = set(options) - set(OPTIONS[name])
+    if unknown:
+        allowed = ", ".join(OPTIONS[name]) or "none"
+        raise ValueError(f"unknown options for {name}: {', '.join(sorted(unknown))} (allowed: {allowed})")
+    builder = {"identity": _identity, "orthogonal": _orthogonal, "interval_shuffle": _interval_shuffle,
+               "invertible_nn": _invertible_nn, "tokens": _tokens, "fewshot": _fewshot}[name]
+    return builder(teacher, np.random.default_rng(seed), **{**OPTIONS[name], **options})
+
+
+def _t(arr) -> torch.Tensor:
+    return torch.as_tensor(np.asarray(arr), dtype=torch.float64)
+
+
+def _identity(teacher, rng) -> TaskEncoder:
+    """e(z) = z."""
+    return TaskEncoder("identity", teacher.M, teacher.M, True, encode=lambda z: z, decode=lambda e: e)
+
+
+def _orthogonal(teacher, rng) -> TaskEncoder:
+    """e(z) = z Qᵀ (rows are tasks), the convention of `Hyperteacher.encode`.
+
+    Q is the teacher's own when it has one, so that this encoder and the teacher's
+    `encode` agree; otherwise a Haar-random orthogonal matrix drawn from the seed (QR of a
+    Gaussian matrix with the signs of R's diagonal moved into Q, which makes it Haar).
+    """
+    if teacher.Q is not None:
+        Q = np.asarray(teacher.Q, dtype=np.float64)
+    else:
+        Q, R = np.linalg.qr(rng.standard_normal((teacher.M, teacher.M)))
+        Q = Q * np.sign(np.diag(R))
+    Qt = _t(Q)
+    return TaskEncoder("orthogonal", teacher.M, teacher.M, True, encode=lambda z: z @ Qt.T,
+                       decode=lambda e: e @ Qt, state=dict(Q=Q))
+
+
+def _interval_shuffle(teacher, rng, n_intervals: int) -> TaskEncoder:
+    """Each z_m ∈ [0, 1]: its interval [k/n, (k+1)/n) moved to [π(k)/n, (π(k)+1)/n).
+
+    π is a fixed random permutation of the n (default 10) intervals; the offset of z_m
+    inside its interval is kept, and 1.0 (the end of the last interval) maps to itself, so
+    the map is a bijection of [0, 1]. It is not continuous, which is the point: no network
+    can undo it with a single linear layer. An inactive module (z_m = 0, the start of the
+    first interval) maps to π(0)/n, which need not be 0; that is fine, since the map is
+    still a bijection and so the encoding still identifies the task. Discrete weights
+    (multiples of 0.1) sit at interval starts for n = 10 and map to other multiples.
+    Values outside [0, 1] are an error.
+    """
+    n = int(n_intervals)
+    if n < 1:
+        raise ValueError(f"n_intervals must be a positive integer, got {n_intervals!r}")
+    perm = rng.permutation(n)
+    pi, pi_inv = torch.as_tensor(perm), torch.as_tensor(np.argsort(perm))
+    # Interval starts, and the largest float below each interval's end. The interval of v
+    # is found by comparison with the starts, never by floor(v·n), whose rounding can put
+    # a value just below a boundary in the next interval; and the moved value is kept
+    # below its new interval's end, which a rounded sum could reach. So decoding finds
+    # the interval encoding chose, and the round trip is exact to a few ulps everywhere.
+    starts = torch.arange(n, dtype=torch.float64) / n
+    last_below = torch.nextafter(torch.cat([starts[1:], torch.ones(1, dtype=torch.float64)]),
+                                 torch.zeros(1, dtype=torch.float64))
+
+    def shuffle(v, table):
+        if ((v < 0) | (v > 1)).any():
+            raise ValueError("interval_shuffle is defined on [0, 1]")
+        k = torch.searchsorted(starts, v.contiguous(), right=True) - 1
+        j = table[k]
+        moved = torch.minimum(starts[j] + (v - starts[k]), last_below[j])
+        return torch.where(v == 1.0, v, moved)
+
+    def decode(e):
+        return shuffle(e, pi_inv)
+
+    return TaskEncoder("interval_shuffle", teacher.M, teacher.M, False,
+                       encode=lambda z: shuffle(z, pi), decode=decode,
+                       state=dict(permutation=perm, n_intervals=n))
+
+
+def _invertible_nn(teacher, rng, n_layers: int, hidden: int, s_scale: float) -> TaskEncoder:
+    """A fixed random RealNVP flow: `n_layers` (default 3) affine coupling layers.
+
+    The M coordinates split into halves x_a = x[:M//2], x_b = x[M//2:]; layer l keeps one
+    half and transforms the other, alternating: y_b = x_b·exp(s(x_a)) + t(x_a) for even l,
+    the roles swapped for odd l. s and t are heads of one tanh MLP (`hidden` units, weights
+    N(0, 1/fan_in)); s = s_scale·tanh(·) so that each layer scales by at most e^s_scale and
+    the inverse x_b = (y_b − t(x_a))·exp(−s(x_a)) stays well conditioned. For M = 1 the
+    kept half is empty and the MLP sees only its biases: the layer is a fixed affine map.
+    """
+    M, half = teacher.M, teacher.M // 2
+    layers = []
+    for layer in range(int(n_layers)):
+        n_in = half if layer % 2 == 0 else M - half
+        n_out = M - n_in
+        layers.append(dict(
+            W1=rng.standard_normal((n_in, hidden)) / np.sqrt(max(n_in, 1)), b1=rng.standard_normal(hidden),
+            Ws=rng.standard_normal((hidden, n_out)) / np.sqrt(hidden), bs=rng.standard_normal(n_out) * 0.1,
+            Wt=rng.standard_normal((hidden, n_out)) / np.sqrt(hidden), bt=rng.standard_normal(n_out) * 0.1))
+    params = [{k: _t(v) for k, v in p.items()} for p in layers]
+
+    def coupling(p, x_a):
+        h = torch.tanh(x_a @ p["W1"] + p["b1"])
+        return s_scale * torch.tanh(h @ p["Ws"] + p["bs"]), h @ p["Wt"] + p["bt"]
+
+    def encode(z):
+        x = z
+        for layer, p in enumerate(params):
+            x_a, x_b = (x[:, :half], x[:, half:]) if layer % 2 == 0 else (x[:, half:], x[:, :half])
+            s, t = coupling(p, x_a)
+            y_b = x_b * torch.exp(s) + t
+            x = torch.cat([x_a, y_b], 1) if layer % 2 == 0 else torch.cat([y_b, x_a], 1)
+        return x
+
+    def decode(e):
+        y = e
+        for layer in reversed(range(len(params))):
+            y_a, y_b = (y[:, :half], y[:, half:]) if layer % 2 == 0 else (y[:, half:], y[:, :half])
+            s, t = coupling(params[layer], y_a)
+            x_b = (y_b - t) * torch.exp(-s)
+            y = torch.cat([y_a, x_b], 1) if layer % 2 == 0 else torch.cat([x_b, y_a], 1)
+        return y
+
+    return TaskEncoder("invertible_nn", M, M, True, encode=encode, decode=decode,
+                       state=dict(layers=layers, s_scale=s_scale))
+
+
+def _tokens(teacher, rng) -> TaskEncoder:
+    """[m_1, w_1, …, m_K, w_K]: the active modules in increasing index order, each with
+    its weight rounded to tenths, then (TOKEN_PAD_INDEX, TOKEN_PAD_WEIGHT) = (−1, 0) pairs
+    up to K pairs; dim = 2K. Active means z_m ≠ 0; more than K active modules is an error.
+
+    Rounding makes it lossless for `khot` and `discrete` weights (multiples of 0.1) and
+    lossy for `continuous` ones. Piecewise constant in z, so not differentiable.
+    """
+    M, K = teacher.M, teacher.K
+    order_key = torch.arange(M, dtype=torch.float64)
+
+    def encode(z):
+        active = z != 0
+        if (active.sum(1) > K).any():
+            raise ValueError(f"tokens encode at most K = {K} active modules per task")
+        # Inactive modules sort after all active ones; among each group by index.
+        idx = torch.argsort(torch.where(active, order_key, order_key + M), dim=1)[:, :K]
+        valid = torch.gather(active, 1, idx)
+        weights = torch.round(torch.gather(z, 1, idx) * 10) / 10
+        index = torch.where(valid, idx.to(torch.float64), torch.full_like(weights, TOKEN_PAD_INDEX))
+        weights = torch.where(valid, weights, torch.full_like(weights, TOKEN_PAD_WEIGHT))
+        return torch.stack([index, weights], dim=2).reshape(len(z), 2 * K)
+
+    return TaskEncoder("tokens", M, 2 * K, False, encode=encode)
+
+
+def _fewshot(teacher, rng, n_shots: int) -> TaskEncoder:
+    """The task shown by examples: [x_1, g(x_1, z), …, x_n, g(x_n, z)], dim = n·(I + O).
+
+    The n (default 8) shot inputs x_j are drawn once, uniformly on X = [-1, 1]^I, and are
+    the same for every task, so the x_j parts are constant and only the g parts carry z;
+    they are kept so the encoding reads as a context of (input, output) pairs. g is
+    `teacher.forward` on the raw latent z (not the teacher's own `encode`).
+    """
+    n = int(n_shots)
+    if n < 1:
+        raise ValueError(f"n_shots must be a positive integer, got {n_shots!r}")
+    xs = rng.uniform(-1.0, 1.0, size=(n, teacher.I))
+    x_t = _t(xs)
+
+    def encode(z):
+        B = len(z)
+        y = teacher.forward(z.repeat_interleave(n, dim=0), x_t.repeat(B, 1)).reshape(B, n, teacher.O)
+        return torch.cat([x_t.expand(B, n, teacher.I), y], dim=2).reshape(B, n * (teacher.I + teacher.O))
+
+    return TaskEncoder("fewshot", teacher.M, n * (teacher.I + teacher.O), True, encode=encode,
+                       state=dict(x=xs))

@@ -1,0 +1,131 @@
+"""Training, metrics and python -m verify.sgd."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+import verify.sgd as sgd
+from constructions import HyperteacherConfig, enumerate_supports, sample_hyperteacher
+from verify.metrics import (
+    TaskSamples,
+    compositional_r2,
+    predict,
+    probe_r2,
+    ridge_fit_predict,
+    rmse,
+    sample_tasks,
+)
+from verify.train import TrainConfig, shape_widths, train_mlp
+
+
+@pytest.fixture(scope="module")
+def teacher():
+    return sample_hyperteacher(HyperteacherConfig(I=3, H=4, O=2, M=5, K=2, seed=3))
+
+
+def teacher_as_network(teacher):
+    return lambda inputs: teacher.forward(inputs[:, : teacher.M], inputs[:, teacher.M:])
+
+
+def test_teacher_scores_perfectly_and_per_task_mean_scores_zero(teacher):
+    samples = sample_tasks(teacher, enumerate_supports(5, 2), 32, np.random.default_rng(0))
+    pred = predict(teacher_as_network(teacher), samples, teacher.encode)
+    assert rmse(pred, samples) == 0.0
+    r2, used = compositional_r2(pred, samples)
+    assert r2 == 1.0 and used > 0.5
+    # Predicting each task's own mean output: MSE_{t,o} = Var_{t,o}, so R² = 0 exactly.
+    mean = samples.y.mean(dim=1, keepdim=True).expand_as(samples.y)
+    assert compositional_r2(mean, samples)[0] == pytest.approx(0.0, abs=1e-12)
+
+
+def test_r2_on_a_hand_example():
+    y = torch.tensor([[[0.0], [2.0]], [[1.0], [3.0]]], dtype=torch.float64)  # 2 tasks, 2 samples, 1 output
+    samples = TaskSamples(torch.zeros(2, 1), torch.zeros(2, 2, 1), y)
+    pred = y + torch.tensor([[[1.0], [1.0]], [[0.0], [0.0]]], dtype=torch.float64)
+    # Task 0: MSE 1, Var 1 → 0; task 1: MSE 0 → 1. Mean 0.5.
+    assert compositional_r2(pred, samples) == (0.5, 1.0)
+
+
+@pytest.mark.parametrize("n,d", [(50, 8), (8, 50)])
+def test_ridge_primal_and_dual_agree(n, d):
+    g = torch.Generator().manual_seed(0)
+    X = torch.randn(n, d, generator=g, dtype=torch.float64)
+    Y = torch.randn(n, 3, generator=g, dtype=torch.float64)
+    Xt = torch.randn(7, d, generator=g, dtype=torch.float64)
+    got = ridge_fit_predict(X, Y, Xt, alpha=1e-2)
+    mu_x, mu_y = X.mean(0), Y.mean(0)
+    Xc = X - mu_x
+    lam = 1e-2 * float(Xc.pow(2).sum() / n) * n
+    coef = torch.linalg.solve(Xc.T @ Xc + lam * torch.eye(d, dtype=X.dtype), Xc.T @ (Y - mu_y))
+    torch.testing.assert_close(got, (Xt - mu_x) @ coef + mu_y, rtol=1e-9, atol=1e-10)
+
+
+def test_probe_reads_z_off_a_layer_that_holds_it(teacher):
+    """A hidden layer that copies z (z ≥ 0 passes a ReLU) is perfectly decodable; one that
+    holds only x is not."""
+    copy_z = torch.nn.Linear(teacher.M + teacher.I, teacher.M).double()
+    copy_x = torch.nn.Linear(teacher.M, teacher.I).double()
+    with torch.no_grad():
+        copy_z.weight.copy_(torch.eye(teacher.M, teacher.M + teacher.I, dtype=torch.float64))
+        copy_z.bias.zero_()
+    net = torch.nn.Sequential(copy_z, torch.nn.ReLU(), copy_x, torch.nn.ReLU(),
+                              torch.nn.Linear(teacher.I, teacher.O).double())
+    rng = np.random.default_rng(1)
+    supports = enumerate_supports(5, 2)
+    train, test = sample_tasks(teacher, supports, 4, rng), sample_tasks(teacher, supports, 4, rng)
+    r2 = probe_r2(net, train, test, teacher.encode, alpha=1e-8)
+    assert r2[0] == pytest.approx(1.0, abs=1e-6) and r2[1] < 0.99
+
+
+def test_shapes():
+    assert shape_widths("matched", [100, 4]) == [100, 4]
+    assert shape_widths("balanced", [101, 4]) == [53, 52]
+    assert shape_widths("custom", [100, 4], [8, 8, 8]) == [8, 8, 8]
+    with pytest.raises(ValueError, match="matched, balanced, custom"):
+        shape_widths("wide", [1])
+
+
+def test_training_lowers_the_loss_and_is_reproducible(teacher):
+    cfg = TrainConfig(steps=300, tasks_per_batch=8, samples_per_task=8, lr=1e-2, seed=5)
+    supports = enumerate_supports(5, 2)
+    a = train_mlp(teacher, teacher.encode, supports, [32, 16], cfg, progress=False)
+    b = train_mlp(teacher, teacher.encode, supports, [32, 16], cfg, progress=False)
+    assert a.losses[-1][1] < 0.5 * a.losses[0][1]
+    for pa, pb in zip(a.net.parameters(), b.net.parameters(), strict=True):
+        assert torch.equal(pa, pb)
+    assert next(a.net.parameters()).dtype == torch.float64
+
+
+TINY = ["--M", "4", "--K", "2", "--I", "2", "--H", "2", "--O", "2", "--steps", "60", "--eval-samples", "8",
+        "--no-progress"]
+
+
+def test_cli_reports_every_metric_for_the_construction_and_each_network(capsys, tmp_path):
+    code = sgd.main([*TINY, "--json", "--save", str(tmp_path)])
+    r = json.loads(capsys.readouterr().out)
+    assert code == 0 and r["construction_within_certificate"]
+    names = [row["network"] for row in r["rows"]]
+    assert names[0].startswith("construction") and names[1:] == ["sgd matched", "sgd balanced"]
+    for row in r["rows"]:
+        for key in ("train_sup", "held_out_sup", "train_rmse", "held_out_rmse", "train_r2", "held_out_r2"):
+            assert np.isfinite(row[key])
+        assert row["held_out_sup"] >= row["held_out_rmse"] * 0  # present and non-negative
+    assert r["rows"][1]["hidden_units"] == r["rows"][0]["hidden_units"] == r["rows"][2]["hidden_units"]
+    assert r["rows"][1]["widths"] == r["rows"][0]["widths"]
+    assert (tmp_path / "sgd_matched.pt").exists() and (tmp_path / "report.json").exists()
+
+
+@pytest.mark.parametrize("argv", [["--M", "2", "--K", "3"], ["--shapes", "custom"], ["--split", "odd"],
+                                  ["--encoding", "words"], ["--eps", "0"], ["--steps", "0"]])
+def test_cli_bad_input_exits_2(capsys, argv):
+    assert sgd.main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="only meaningful without a GPU")
+def test_cuda_request_without_a_gpu_is_a_usage_error(capsys):
+    assert sgd.main(["--device", "cuda"]) == 2
+    assert "CUDA" in capsys.readouterr().err
