@@ -172,8 +172,11 @@ def measure_sup_error(f, teacher: Hyperteacher, *, encode=None, supports=None, m
         g = grid_points or (4097 if I == 1 else 257)
         axis = torch.linspace(-1.0, 1.0, g, dtype=torch.float64)
         grid = torch.cartesian_prod(*[axis] * I).view(-1, I)
-        for t in top[: min(len(top), 8)]:
-            zt = torch.as_tensor(z_tasks[t]).expand(len(grid), M)
+        # The best z found so far (the ascent may have moved it off the family's levels)
+        # first, then the worst tasks as drawn.
+        candidates = [np.asarray(best["z"])] + [z_tasks[t] for t in top[: min(len(top), 8)]]
+        for z_grid in candidates:
+            zt = torch.as_tensor(z_grid).expand(len(grid), M)
             offer(_chunked_error(f, teacher, zt, grid, batch_rows, encode), grid, zt, "grid")
             n_evals += len(grid)
 

@@ -1,0 +1,135 @@
+"""What every figure script shares: the headless backend, the result record, and one way
+of writing a figure's files, so that PNG, PDF and data always sit side by side.
+
+Data layout: `<stem>.csv` holds every plotted point of every line, marker set and
+histogram, one row per point (tidy), with `panel` and `series` columns naming where it
+was drawn; `<stem>.json` holds what is not a point: the configuration, slope fits,
+checks, and arrays such as a heat map's grid. A plotted artist carries its series name
+as its matplotlib `gid`, which is how tests match the picture to the data file.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import json
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import matplotlib
+import numpy as np
+
+# Headless on every machine (CI, the device boxes): choose the backend before anything
+# imports pyplot. The scripts themselves build `Figure` objects directly, which keeps no
+# global figure registry and so needs no plt.close().
+matplotlib.use("Agg")
+
+from matplotlib.figure import Figure  # noqa: E402
+
+DEFAULT_OUT = Path(__file__).resolve().parent / "output"
+PNG_DPI = 150
+COLOURS = ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown")
+MARKERS = ("o", "s", "^", "D", "v", "P")
+
+
+@dataclass
+class FigureResult:
+    name: str  # the file stem
+    figure: Figure
+    rows: list[dict]  # plotted points, written as <name>.csv
+    meta: dict  # everything else, written as <name>.json
+    checks: dict[str, bool] = field(default_factory=dict)  # theory claims the data must meet
+    files: list[Path] = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        return all(self.checks.values())
+
+
+def new_figure(nrows: int = 1, ncols: int = 1, figsize=(7.0, 5.0), **subplot_kw):
+    """A Figure with a grid of axes, laid out by the constrained layout engine (which keeps
+    colour bars, legends and labels from overlapping)."""
+    fig = Figure(figsize=figsize, layout="constrained")
+    axes = fig.subplots(nrows, ncols, squeeze=False, **subplot_kw)
+    return fig, axes
+
+
+def select(rows: Iterable[dict], series: str, panel: str | None = None) -> list[dict]:
+    return [r for r in rows if r["series"] == series and (panel is None or r["panel"] == panel)]
+
+
+def plot_series(ax, rows: list[dict], series: str, panel: str, **style):
+    """Draw one series exactly as its rows say, in row order, tagged with its name."""
+    sel = select(rows, series, panel)
+    if not sel:
+        raise ValueError(f"no rows for series {series!r} in panel {panel!r}")
+    (line,) = ax.plot([r["x"] for r in sel], [r["y"] for r in sel], **style)
+    line.set_gid(series)
+    return line
+
+
+def to_plain(value):
+    """Dataclasses, numpy scalars and arrays to JSON-able Python values; non-finite floats to None."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return to_plain(dataclasses.asdict(value))
+    if isinstance(value, dict):
+        return {str(k): to_plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [to_plain(v) for v in value]
+    if isinstance(value, np.ndarray):
+        return to_plain(value.tolist())
+    if isinstance(value, (np.bool_, bool)):
+        return bool(value)
+    if isinstance(value, (np.integer, int)):
+        return int(value)
+    if isinstance(value, (np.floating, float)):
+        return float(value) if math.isfinite(value) else None
+    if isinstance(value, Path):
+        return str(value)
+    return value
+
+
+def write_csv(path: Path, rows: list[dict]) -> None:
+    # Union of keys in order of first appearance: series differ in their extra columns.
+    columns = list(dict.fromkeys(k for r in rows for k in r))
+    with open(path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=columns, restval="")
+        writer.writeheader()
+        # repr of a Python float round-trips exactly, so the CSV holds the plotted values.
+        writer.writerows({k: to_plain(v) for k, v in r.items()} for r in rows)
+
+
+def read_csv(path: Path) -> list[dict]:
+    """Rows back with numbers as floats (empty cells stay empty strings)."""
+    def parse(text: str):
+        try:
+            return float(text)
+        except ValueError:
+            return text
+
+    with open(path, newline="") as f:
+        return [{k: (parse(v) if v != "" else v) for k, v in r.items()} for r in csv.DictReader(f)]
+
+
+def save(result: FigureResult, out: Path) -> list[Path]:
+    """PNG, PDF, CSV (if there are rows) and JSON, all named after the figure."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    stem = out / result.name
+    files = [stem.with_suffix(".png"), stem.with_suffix(".pdf")]
+    result.figure.savefig(files[0], dpi=PNG_DPI)
+    result.figure.savefig(files[1])
+    if result.rows:
+        files.append(stem.with_suffix(".csv"))
+        write_csv(files[-1], result.rows)
+    files.append(stem.with_suffix(".json"))
+    payload = dict(figure=result.name, checks=result.checks, passed=result.passed) | result.meta
+    files[-1].write_text(json.dumps(to_plain(payload), indent=1, allow_nan=False) + "\n")
+    result.files = files
+    return files
+
+
+def log_grid(lo: float, hi: float, n: int = 60) -> np.ndarray:
+    return np.geomspace(lo, hi, n)

@@ -1,0 +1,86 @@
+"""Figure 3: the measured sup error and the certificate I·C·a/N² against the target ε.
+
+(a) log-log, with the line y = ε: the certificate sits just under it (N is the smallest
+integer that gets there) and the measured error (a lower estimate of the true sup, from
+`verify.measure.measure_sup_error` via the sweep) under the certificate. The gap between
+the two is the certificate's slack. (b) measured / certificate, on a linear scale.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from paper_figures import sweep_data
+from paper_figures.common import COLOURS, MARKERS, FigureResult, new_figure, plot_series, save
+from verify.sweep import fit_scaling
+
+NAME = "fig3_error_vs_eps"
+ERROR_FIT = "log measured vs log N"
+
+
+def compute(p: sweep_data.SweepPlan) -> tuple[list[dict], dict]:
+    sc = p.sweep
+    # Both variants compute the same function and share one measurement: keep one.
+    sweep = [r for r in sweep_data.sweep_rows(p) if r["variant"] == "theorem"]
+    rows: list[dict] = []
+    for M in sc.M:
+        pts = [r for r in sweep if r["M"] == M]
+        rows += [dict(panel="a", series=f"measured M={M}", x=r["eps"], y=r["measured"], M=M,
+                      seed=r["seed"], N=r["N"], tasks_measured=r["tasks_measured"]) for r in pts]
+        rows += [dict(panel="b", series=f"ratio M={M}", x=r["eps"], y=r["measured_over_certificate"], M=M,
+                      seed=r["seed"], N=r["N"]) for r in pts]
+    rows += [dict(panel="a", series="certificate", x=r["eps"], y=r["certificate"], M=r["M"],
+                  seed=r["seed"], N=r["N"]) for r in sweep]
+    lo, hi = min(sc.eps), max(sc.eps)
+    rows += [dict(panel="a", series="y = eps", x=e, y=e) for e in (lo, hi)]
+
+    ratios = [r["measured_over_certificate"] for r in sweep]
+    fits = [f for f in fit_scaling(sweep, sc) if f.name == ERROR_FIT]
+    checks = {"certificate <= eps (every point)": all(r["certificate_le_eps"] for r in sweep),
+              "measured <= certificate (every point)": all(r["measured_le_certificate"] for r in sweep),
+              "measured error slope in N <= -2": all(f.agrees for f in fits)}
+    meta = dict(sweep=sc, measure=dict(p.measure), checks=checks,
+                measured_over_certificate=dict(min=min(ratios), max=max(ratios)),
+                certificate_over_eps=dict(min=min(r["certificate"] / r["eps"] for r in sweep),
+                                          max=max(r["certificate"] / r["eps"] for r in sweep)),
+                fits=[vars(f) | dict(agrees=f.agrees) for f in fits])
+    return rows, meta
+
+
+def plot(rows: list[dict], meta: dict, sc):
+    fig, axes = new_figure(2, 1, figsize=(7.0, 7.0), sharex=True,
+                           gridspec_kw=dict(height_ratios=[3, 1.4]))
+    ax, bx = axes[:, 0]
+    plot_series(ax, rows, "y = eps", "a", color="k", lw=1.2, label="y = ε")
+    plot_series(ax, rows, "certificate", "a", ls="none", marker="_", color="k", ms=10, mew=1.5,
+                label="certificate I·C·a/N²")
+    for i, M in enumerate(sc.M):
+        c, m = COLOURS[i % len(COLOURS)], MARKERS[i % len(MARKERS)]
+        plot_series(ax, rows, f"measured M={M}", "a", ls="none", marker=m, mfc="none", mec=c, ms=6,
+                    label=f"measured sup error (a lower estimate), M = {M}")
+        plot_series(bx, rows, f"ratio M={M}", "b", ls="none", marker=m, mfc="none", mec=c, ms=6)
+    ax.set(xscale="log", yscale="log", ylabel="sup ‖f − g‖∞",
+           title=f"Measured error and certificate vs ε  (I={sc.I}, H={sc.H}, O={sc.O}, K={sc.K[0]}, "
+                 f"{len(sc.seeds)} seed{'s' * (len(sc.seeds) > 1)})")
+    ax.invert_xaxis()  # smaller ε to the right, as 1/ε grows in figure 1
+    ax.legend(loc="upper right", fontsize=8, framealpha=0.9)
+    ax.grid(True, which="major", alpha=0.3)
+    r = meta["measured_over_certificate"]
+    lines = [f"measured / certificate: {r['min']:.3f} – {r['max']:.3f}",
+             "certificate / ε: {min:.4f} – {max:.4f}".format(**meta["certificate_over_eps"])]
+    lines += ["slope of log measured vs log N (bound: ≤ −2):"]
+    lines += [f"  {f['group'].split()[0]}: {f['slope']:.3f}" for f in meta["fits"]]
+    ax.text(0.02, 0.03, "\n".join(lines), transform=ax.transAxes, va="bottom", ha="left", fontsize=8,
+            family="monospace", bbox=dict(boxstyle="round", fc="white", ec="0.7"))
+    bx.axhline(1.0, color="k", lw=1.0)
+    bx.set(xscale="log", xlabel="ε", ylabel="measured / certificate", ylim=(0.0, 1.05))
+    bx.grid(True, which="major", alpha=0.3)
+    return fig
+
+
+def make(out: Path, *, quick: bool = False, seed: int = 0) -> FigureResult:
+    p = sweep_data.plan(quick, seed)
+    rows, meta = compute(p)
+    result = FigureResult(NAME, plot(rows, meta, p.sweep), rows, meta, checks=meta.pop("checks"))
+    save(result, out)
+    return result
