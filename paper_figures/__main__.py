@@ -16,7 +16,15 @@ from typing import NamedTuple
 
 import torch
 
-from paper_figures import fig1_units_vs_eps, fig2_units_vs_M, fig3_error_vs_eps, fig4_where_error_lives
+from paper_figures import (
+    fig1_units_vs_eps,
+    fig2_units_vs_M,
+    fig3_error_vs_eps,
+    fig4_where_error_lives,
+    fig5_sgd_error_vs_size,
+    fig6_sgd_r2_vs_tasks,
+    fig7_probe_vs_r2,
+)
 from paper_figures.common import DEFAULT_OUT, FigureResult
 from verify.bound import UsageError, positive_int
 
@@ -27,12 +35,16 @@ class Entry(NamedTuple):
     slow: bool  # only with --slow (or --only): figures that train networks
 
 
-# Registration order is run order: figures 1 and 3 share one sweep, run once.
+# Registration order is run order: figures 1 and 3 share one sweep, run once; figures 5–7
+# share the SGD runs of paper_figures.sgd_data (7 reads 5's and 6's), each trained once.
 FIGURES: list[Entry] = [
     Entry(fig1_units_vs_eps.NAME, fig1_units_vs_eps.make, slow=False),
     Entry(fig2_units_vs_M.NAME, fig2_units_vs_M.make, slow=False),
     Entry(fig3_error_vs_eps.NAME, fig3_error_vs_eps.make, slow=False),
     Entry(fig4_where_error_lives.NAME, fig4_where_error_lives.make, slow=False),
+    Entry(fig5_sgd_error_vs_size.NAME, fig5_sgd_error_vs_size.make, slow=True),
+    Entry(fig6_sgd_r2_vs_tasks.NAME, fig6_sgd_r2_vs_tasks.make, slow=True),
+    Entry(fig7_probe_vs_r2.NAME, fig7_probe_vs_r2.make, slow=True),
 ]
 
 

@@ -161,3 +161,94 @@ def test_module_entry_point_exits_2_on_bad_input():
                           text=True, timeout=120)
     assert proc.returncode == 2 and proc.stdout == "" and proc.stderr.count("\n") == 1
     assert proc.stderr.startswith("paper_figures: error: unknown figure 'nope'")
+
+
+# --- the SGD figures (5–7): slow, run here in their --quick versions by `made` ---
+
+SGD_FIGURES = ["fig5_sgd_error_vs_size", "fig6_sgd_r2_vs_tasks", "fig7_probe_vs_r2"]
+
+
+def test_sgd_figures_are_slow_left_out_by_default_and_run_with_slow(tmp_path):
+    assert {e.name for e in cli.FIGURES if e.slow} == set(SGD_FIGURES)
+    names = lambda argv: [e.name for e in cli.parse_args([*argv, "--out", str(tmp_path)])[1]]  # noqa: E731
+    assert not set(SGD_FIGURES) & set(names([])) and names([]) == [e.name for e in cli.FIGURES if not e.slow]
+    assert names(["--slow"]) == [e.name for e in cli.FIGURES]
+    assert names(["--only", *SGD_FIGURES[::-1]]) == SGD_FIGURES  # registry order: 7 reuses 5's and 6's runs
+
+
+def test_sgd_runs_are_trained_once_and_shared(monkeypatch):
+    """Figures 5 and 6 ask for one run in common (the quick plan's split at its ε); each
+    distinct verify.sgd call runs once, with the plan's arguments."""
+    import verify.sgd
+    from paper_figures import sgd_data
+
+    calls = []
+    monkeypatch.setattr(verify.sgd, "run", lambda args: calls.append(vars(args)) or dict(rows=[]))
+    sgd_data._report.cache_clear()
+    try:
+        p = sgd_data.plan(quick=True, seed=5)
+        reports = sgd_data.all_reports(p)
+        sgd_data.size_reports(p), sgd_data.task_reports(p)
+    finally:
+        sgd_data._report.cache_clear()  # the fakes must not reach the figures
+    runs = {(e, p.size_held_out) for e in p.size_eps} | {(p.tasks_eps, f) for f in p.held_out}
+    assert len(calls) == len(reports) == len(runs) < len(p.size_eps) + len(p.held_out)
+    assert {(c["eps"], c["held_out"]) for c in calls} == runs
+    assert all(c["seed"] == 5 and c["no_progress"] and c["steps"] == p.steps and c["split"] == "random"
+               and c["shapes"] == list(p.shapes) and (c["lr"], c["weight_decay"]) == (3e-4, 3e-3)
+               for c in calls)
+    shared = [r for r in reports if r["figures"] == ["fig5", "fig6"]]
+    assert [(r["eps"], r["held_out"]) for r in shared] == [(p.tasks_eps, p.size_held_out)]
+
+
+def test_figure_5_plots_the_runs_at_equal_size_and_the_certificate(made):
+    out, results = made
+    meta = json.loads((out / "fig5_sgd_error_vs_size.json").read_text())
+    rows = read_csv(out / "fig5_sgd_error_vs_size.csv")
+    runs = {run["rows"][0]["hidden_units"]: run for run in meta["runs"]}
+    assert len(runs) == len(meta["plan"]["size_eps"]) >= 2
+    for r in rows:
+        run = runs[r["x"]]  # every point sits at its run's size, shared by construction and SGD
+        if r["series"] == "certificate":
+            assert r["y"] == run["rows"][0]["certificate"]
+            continue
+        (net,) = [x for x in run["rows"] if x["network"].startswith(r["network"])]
+        assert net["hidden_units"] == r["x"]
+        assert r["y"] == net[f"{r['side']}_{'sup' if r['panel'] == 'a' else 'rmse'}"]
+    for run in runs.values():
+        c = run["rows"][0]
+        assert max(c["train_sup"], c["held_out_sup"]) <= c["certificate"]
+    text = "\n".join(t.get_text() for ax in results["fig5_sgd_error_vs_size"].figure.axes for t in ax.texts)
+    assert all(f"{r['held_out_sup']:.0f}×" in text for r in meta["sgd_over_construction"])
+
+
+def test_figure_6_plots_r2_against_the_number_of_training_tasks(made):
+    out, _ = made
+    meta = json.loads((out / "fig6_sgd_r2_vs_tasks.json").read_text())
+    rows = read_csv(out / "fig6_sgd_r2_vs_tasks.csv")
+    n_train = [run["split"]["n_train"] for run in meta["runs"]]
+    assert n_train == sorted(n_train) and len(set(n_train)) == len(meta["plan"]["held_out"]) >= 2
+    by_n = {run["split"]["n_train"]: run for run in meta["runs"]}
+    for r in rows:
+        (net,) = [x for x in by_n[r["x"]]["rows"] if x["network"].startswith(r["network"])]
+        r2 = net[f"{r['side']}_r2"]
+        assert r["y"] == (r2 if r["panel"] == "a" else 1.0 - r2)
+    for shape in meta["plan"]["shapes"]:
+        held = select(rows, f"R2 sgd {shape} held_out", "a")
+        assert [r["x"] for r in held] == n_train
+
+
+def test_figure_7_points_are_best_probe_layers_and_r_is_pearson(made):
+    out, results = made
+    meta = json.loads((out / "fig7_probe_vs_r2.json").read_text())
+    rows = read_csv(out / "fig7_probe_vs_r2.csv")
+    sgd = [r for r in rows if r["series"] != "construction"]
+    n_runs = len({tuple(run["argv"]) for run in meta["runs"]})
+    assert len(sgd) + meta["dropped_sgd_points"] == n_runs * len(meta["plan"]["shapes"])
+    for r in rows:
+        layers = [float(v) for v in str(r["probe_r2_layers"]).split()]
+        assert r["x"] == max(layers) and layers[int(r["best_layer"]) - 1] == r["x"]
+    r = np.corrcoef([p["x"] for p in sgd], [p["y"] for p in sgd])[0, 1]
+    assert len(sgd) >= 3 and meta["correlation"]["all"]["pearson_r"] == pytest.approx(r, abs=1e-12)
+    text = "\n".join(t.get_text() for ax in results["fig7_probe_vs_r2"].figure.axes for t in ax.texts)
+    assert ["all", f"n={len(sgd)}", "r", "=", f"{r:+.3f}"] in [line.split() for line in text.splitlines()]

@@ -1,0 +1,138 @@
+"""Figure 7: linear decodability of z against held-out compositional R², across every SGD
+run of figures 5 and 6.
+
+For each trained network, `verify.sgd` fits a ridge probe z ← activations on each hidden
+layer, on the training tasks (one x per task), and scores its R² on the held-out tasks.
+Each point is one network at its best layer (the highest probe R² over its hidden
+layers; the selection uses the held-out score, so it is an optimistic summary, and every
+layer's value is in the data). Colour: shape; marker: size; the number next to a point:
+its training tasks. Pearson r is over the SGD points (drawn when there are at least
+three); the construction, right on every task by design, is drawn for reference and
+left out of r.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+
+from paper_figures import sgd_data
+from paper_figures.common import COLOURS, MARKERS, FigureResult, new_figure, plot_series, save
+
+NAME = "fig7_probe_vs_r2"
+MIN_POINTS_FOR_R = 3
+
+
+def best_layer(probe: list | None) -> tuple[int, float] | None:
+    """(1-based layer, probe R²) of the best finite layer, or None."""
+    finite = [(v, i + 1) for i, v in enumerate(probe or []) if v is not None and math.isfinite(v)]
+    if not finite:
+        return None
+    value, layer = max(finite)
+    return layer, value
+
+
+def pearson(xs: list[float], ys: list[float]) -> float | None:
+    if len(xs) < MIN_POINTS_FOR_R or np.ptp(xs) == 0 or np.ptp(ys) == 0:
+        return None
+    return float(np.corrcoef(xs, ys)[0, 1])
+
+
+def point(r: dict, row: dict, series: str) -> dict | None:
+    best = best_layer(row["probe_r2"])
+    y = row["held_out_r2"]
+    if best is None or not math.isfinite(y):
+        return None
+    return dict(panel="a", series=series, x=best[1], y=y, best_layer=best[0],
+                probe_r2_layers=" ".join(repr(float("nan" if v is None else v)) for v in row["probe_r2"]),
+                network=row["network"],
+                hidden_units=row["hidden_units"], eps=r["eps"], held_out_fraction=r["held_out"],
+                n_train=r["split"]["n_train"], n_test=r["split"]["n_test"], train_r2=row["train_r2"],
+                figures=" ".join(r["figures"]))
+
+
+def compute(p: sgd_data.SgdPlan) -> tuple[list[dict], dict]:
+    reports = sgd_data.all_reports(p)
+    sizes = sorted({r["rows"][0]["hidden_units"] for r in reports})
+    rows: list[dict] = []
+    dropped = 0
+    for shape in p.shapes:
+        for units in sizes:
+            for r in reports:
+                for row in sgd_data.sgd_rows(r):
+                    if row["shape"] == shape and row["hidden_units"] == units:
+                        pt = point(r, row, f"sgd {shape} {units} units")
+                        dropped += pt is None
+                        rows += [pt] if pt else []
+    construction = [point(r, r["rows"][0], "construction") for r in reports]
+    dropped_construction = sum(pt is None for pt in construction)
+    rows += [pt for pt in construction if pt]
+
+    sgd = [r for r in rows if r["series"] != "construction"]
+    correlation = dict(all=dict(n=len(sgd), pearson_r=pearson([r["x"] for r in sgd], [r["y"] for r in sgd])))
+    for shape in p.shapes:
+        sel = [r for r in sgd if r["network"] == f"sgd {shape}"]
+        correlation[shape] = dict(n=len(sel), pearson_r=pearson([r["x"] for r in sel], [r["y"] for r in sel]))
+    # The probe is fitted on one row per training task, so it could track the task count itself.
+    probe_vs_tasks = pearson([r["x"] for r in sgd], [r["n_train"] for r in sgd])
+    meta = dict(plan=p, checks={}, layer="best hidden layer (highest held-out probe R²)",
+                correlation=correlation, probe_r2_vs_n_train_pearson_r=probe_vs_tasks,
+                dropped_sgd_points=dropped, dropped_construction_points=dropped_construction,
+                runs=[dict(eps=r["eps"], held_out=r["held_out"], figures=r["figures"], argv=r["argv"],
+                           rows=[{k: x[k] for k in ("network", "hidden_units", "widths", "probe_r2",
+                                                    "held_out_r2", "train_r2")} for x in r["rows"]])
+                      for r in reports])
+    return rows, meta
+
+
+def plot(rows: list[dict], meta: dict, p: sgd_data.SgdPlan):
+    fig, axes = new_figure(1, 2, figsize=(10.5, 6.0), gridspec_kw=dict(width_ratios=[1, 0.42]))
+    ax, side = axes[0]
+    sizes = sorted({int(r["hidden_units"]) for r in rows if r["series"] != "construction"})
+    for i, shape in enumerate(p.shapes):
+        for j, units in enumerate(sizes):
+            series = f"sgd {shape} {units} units"
+            if any(r["series"] == series for r in rows):
+                c, m = COLOURS[i % len(COLOURS)], MARKERS[j % len(MARKERS)]
+                plot_series(ax, rows, series, "a", ls="none", marker=m, ms=7, color=c, mec=c, alpha=0.85,
+                            label=f"SGD {shape}, {units:,} hidden units")
+    if any(r["series"] == "construction" for r in rows):
+        plot_series(ax, rows, "construction", "a", ls="none", marker="*", ms=10, color="k", mfc="white",
+                    label="construction (not in r)")
+    for r in rows:
+        ax.annotate(f"{r['n_train']:.0f}", (r["x"], r["y"]), xytext=(4, 3), textcoords="offset points",
+                    fontsize=6.5, color="0.35")
+    ax.axhline(1.0, color="0.3", lw=0.8, zorder=0)
+    ax.set(xlabel="probe R² for z, best hidden layer (held-out tasks)", ylabel="held-out compositional R²",
+           title=f"Decodability of z vs compositional generalization  (I={p.I}, H={p.H}, O={p.O}, M={p.M}, "
+                 f"K={p.K})")
+    ax.title.set_fontsize(10)
+    ax.grid(True, alpha=0.3)
+    side.axis("off")
+    handles, labels = ax.get_legend_handles_labels()
+    side.legend(handles, labels, loc="upper left", fontsize=7.5, frameon=False,
+                title="numbers: training tasks", title_fontsize=7.5)
+    lines = ["Pearson r, probe R² vs", "held-out R² (SGD runs):"]
+    for key, c in meta["correlation"].items():
+        r = "—" if c["pearson_r"] is None else f"{c['pearson_r']:+.3f}"
+        lines.append(f"  {key:<9} n={c['n']:<3} r = {r}")
+    r = meta["probe_r2_vs_n_train_pearson_r"]
+    lines += ["", "The probe is fitted on one row", "per training task, so it also",
+              "tracks the task count:", f"  probe R² vs tasks: r = {'—' if r is None else f'{r:+.3f}'}"]
+    construction = [r["x"] for r in rows if r["series"] == "construction"]
+    if construction:  # its first layer holds z verbatim (M units), so a perfect linear probe exists
+        lines += ["", "The construction copies z into", "M first-layer units; its probe",
+                  f"scores {min(construction):.2f} – {max(construction):.2f}."]
+    side.text(0.0, 0.0, "\n".join(lines), transform=side.transAxes, va="bottom", ha="left", fontsize=7.5,
+              family="monospace")
+    return fig
+
+
+def make(out: Path, *, quick: bool = False, seed: int = 0) -> FigureResult:
+    p = sgd_data.plan(quick, seed)
+    rows, meta = compute(p)
+    result = FigureResult(NAME, plot(rows, meta, p), rows, meta, checks=meta.pop("checks"))
+    save(result, out)
+    return result
