@@ -32,9 +32,9 @@ import torch
 from torch import nn
 
 from constructions.hyperteacher import Hyperteacher, dense_latents, enumerate_supports
+from constructions.shallow import BYTES_PER_FLOAT64
 from theory.bounds import memorization_hidden_units
 
-BYTES_PER_FLOAT64 = 8
 GiB = 2**30
 
 

@@ -123,30 +123,28 @@ def parse_args(argv):
     return args
 
 
-def available_bytes() -> int:
-    """MemAvailable from /proc/meminfo; 8 GiB where it cannot be read."""
+def _proc_kib_field(path: str, key: str) -> int | None:
+    """A 'Key:  N kB' line of a /proc file, in bytes; None where /proc cannot be read."""
     try:
-        with open("/proc/meminfo") as f:
+        with open(path) as f:
             for line in f:
-                if line.startswith("MemAvailable:"):
+                if line.startswith(key + ":"):
                     return int(line.split()[1]) * 1024
     except OSError:
         pass
-    return 8 * GIB
+    return None
+
+
+def available_bytes() -> int:
+    """MemAvailable from /proc/meminfo; 8 GiB where it cannot be read."""
+    return _proc_kib_field("/proc/meminfo", "MemAvailable") or 8 * GIB
 
 
 def peak_memory_bytes() -> int | None:
     """This process's peak resident memory (VmHWM), or None where /proc is missing.
     VmHWM belongs to the address space, so unlike ru_maxrss it does not count what a
     parent process held before it started this one."""
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return None
+    return _proc_kib_field("/proc/self/status", "VmHWM")
 
 
 def structured_bytes(cfg: HyperteacherConfig, tasks: int) -> int:
