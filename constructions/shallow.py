@@ -24,6 +24,7 @@ from theory.bounds import (
     N_for_eps,
     apriori_C,
     certificate,
+    count_formula,
     hidden_units,
     instance_C,
     readout_norm,
@@ -36,7 +37,16 @@ BYTES_PER_FLOAT64 = 8
 
 
 class ShallowConstruction(nn.Module):
-    """f(e(z), x) with sup_{X × Z_K} ‖f − g‖_∞ ≤ I·C·a/N² (the certificate)."""
+    """f(e(z), x) with sup_{X × Z_K} ‖f − g‖_∞ ≤ I·C·a/N² (the certificate).
+
+    Every construction in this package has the same surface, which `verify` relies on:
+    `name`, `task_set` (where the certificate holds), forward (the structured evaluator),
+    certificate(), rounding_floor(), hidden_units() (.total, .widths, .terms),
+    count_formula(), counted_widths(), dense_bytes(), to_sequential() and summary().
+    """
+
+    name = "shallow"
+    task_set = "Z_K"  # every x in [-1,1]^I and every z in [0,1]^M with at most K nonzeros
 
     def __init__(self, teacher: Hyperteacher, N: int, C: float, a: float,
                  variant: str = "theorem", constants: str = "apriori"):
@@ -72,6 +82,13 @@ class ShallowConstruction(nn.Module):
 
     def hidden_units(self) -> HiddenUnits:
         return hidden_units(self.I, self.H, self.M, self.N, self.variant)
+
+    def count_formula(self) -> str:
+        return count_formula(self.variant)
+
+    def summary(self) -> dict:
+        """The parameters that determine this network, for reports."""
+        return dict(N=self.N, C=self.C, a=self.a, variant=self.variant, constants=self.constants)
 
     def decode(self, e: torch.Tensor) -> torch.Tensor:
         """z from e(z); the orthogonal map is undone by its transpose."""

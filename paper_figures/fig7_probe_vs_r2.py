@@ -2,7 +2,8 @@
 run of figures 5 and 6.
 
 For each trained network, `verify.sgd` fits a ridge probe z ← activations on each hidden
-layer, on the training tasks (one x per task), and scores its R² on the held-out tasks.
+layer, on a fixed number of (task, x) rows from the training tasks, and scores its R² on
+as many rows from the held-out tasks.
 Each point is one network at its best layer (the highest probe R² over its hidden
 layers; the selection uses the held-out score, so it is an optimistic summary, and every
 layer's value is in the data). Colour: shape; marker: size; the number next to a point:
@@ -75,7 +76,7 @@ def compute(p: sgd_data.SgdPlan) -> tuple[list[dict], dict]:
     for shape in p.shapes:
         sel = [r for r in sgd if r["network"] == f"sgd {shape}"]
         correlation[shape] = dict(n=len(sel), pearson_r=pearson([r["x"] for r in sel], [r["y"] for r in sel]))
-    # The probe is fitted on one row per training task, so it could track the task count itself.
+    # The probe's sample size is fixed, so what is left of this correlation is the networks'.
     probe_vs_tasks = pearson([r["x"] for r in sgd], [r["n_train"] for r in sgd])
     meta = dict(plan=p, checks={}, layer="best hidden layer (highest held-out probe R²)",
                 correlation=correlation, probe_r2_vs_n_train_pearson_r=probe_vs_tasks,
@@ -119,8 +120,8 @@ def plot(rows: list[dict], meta: dict, p: sgd_data.SgdPlan):
         r = "—" if c["pearson_r"] is None else f"{c['pearson_r']:+.3f}"
         lines.append(f"  {key:<9} n={c['n']:<3} r = {r}")
     r = meta["probe_r2_vs_n_train_pearson_r"]
-    lines += ["", "The probe is fitted on one row", "per training task, so it also",
-              "tracks the task count:", f"  probe R² vs tasks: r = {'—' if r is None else f'{r:+.3f}'}"]
+    lines += ["", "The probe is fitted on a fixed", "number of rows, whatever the", "task count:",
+              f"  probe R² vs tasks: r = {'—' if r is None else f'{r:+.3f}'}"]
     construction = [r["x"] for r in rows if r["series"] == "construction"]
     if construction:  # its first layer holds z verbatim (M units), so a perfect linear probe exists
         lines += ["", "The construction copies z into", "M first-layer units; its probe",

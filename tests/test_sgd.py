@@ -79,6 +79,26 @@ def test_probe_reads_z_off_a_layer_that_holds_it(teacher):
     assert r2[0] == pytest.approx(1.0, abs=1e-6) and r2[1] < 0.99
 
 
+def test_probe_sample_size_does_not_grow_with_the_task_count(teacher, monkeypatch):
+    """The probe's fit must see `rows` rows for 10 tasks and for 10× as many, or its R²
+    would measure the task count instead of the network."""
+    import verify.metrics as metrics
+
+    seen = []
+    real = metrics.ridge_fit_predict
+    monkeypatch.setattr(metrics, "ridge_fit_predict",
+                        lambda a, z, b, alpha: seen.append((len(a), len(b))) or real(a, z, b, alpha))
+    net = torch.nn.Sequential(torch.nn.Linear(teacher.M + teacher.I, 8), torch.nn.ReLU(),
+                              torch.nn.Linear(8, teacher.O)).double()
+    rng = np.random.default_rng(2)
+    supports = enumerate_supports(teacher.M, 2)
+    test = sample_tasks(teacher, supports[:10], 30, rng)
+    for n_tasks in (10, 100):
+        train = sample_tasks(teacher, supports[rng.integers(len(supports), size=n_tasks)], 30, rng)
+        probe_r2(net, train, test, teacher.encode, rows=200)
+    assert seen == [(200, 200), (200, 200)]
+
+
 def test_shapes():
     assert shape_widths("matched", [100, 4]) == [100, 4]
     assert shape_widths("balanced", [101, 4]) == [53, 52]
@@ -129,3 +149,12 @@ def test_cli_bad_input_exits_2(capsys, argv):
 def test_cuda_request_without_a_gpu_is_a_usage_error(capsys):
     assert sgd.main(["--device", "cuda"]) == 2
     assert "CUDA" in capsys.readouterr().err
+
+
+def test_paper_preset_sets_the_papers_sizes_and_explicit_flags_override_it():
+    args = sgd.parse_args(["--paper"])
+    assert (args.I, args.H, args.O, args.M, args.K) == (16, 16, 16, 16, 3)
+    assert args.shapes == ["custom"] and args.widths == [1024] * 4 and args.steps == 100_000
+    args = sgd.parse_args(["--paper", "--steps", "20", "--M", "12"])
+    assert args.steps == 20 and args.M == 12 and args.widths == [1024] * 4
+    assert sgd.parse_args([]).M == 8  # the preset does not leak into later parses

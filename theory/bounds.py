@@ -151,6 +151,11 @@ class HiddenUnits:
     def widths(self) -> tuple[int, int]:
         return (self.squares + self.carry, self.teacher)
 
+    @property
+    def terms(self) -> dict[str, int]:
+        """The count split into named terms that sum to `total` (the CLI prints these)."""
+        return {"squares 2·I·H·N": self.squares, "carry": self.carry, "layer 2 H": self.teacher}
+
 
 def hidden_units(I: int, H: int, M: int, N: int, variant: str = "theorem") -> HiddenUnits:
     if variant not in VARIANTS:

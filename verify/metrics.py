@@ -4,7 +4,8 @@
 - Compositional R², as in the paper: the mean over tasks t and outputs o of
   1 − MSE_{t,o} / Var_{t,o}, the variance taken over the task's own samples.
 - Linear decodability: a ridge probe per hidden layer that predicts z from the layer's
-  activations, fitted on training tasks and scored by R² on held-out tasks.
+  activations, fitted on a fixed number of rows from training tasks and scored by R² on
+  the same number of rows from held-out tasks.
 """
 
 from __future__ import annotations
@@ -101,19 +102,27 @@ def r2_score(pred: torch.Tensor, target: torch.Tensor) -> float:
 
 
 def probe_r2(net: nn.Sequential, train: TaskSamples, test: TaskSamples, encode,
-             alpha: float = 1e-4, max_rows: int = 4000) -> list[float]:
+             alpha: float = 1e-4, rows: int = 2000, seed: int = 0) -> list[float]:
     """Held-out R² of a ridge probe z ← hidden activations, one value per hidden layer.
 
-    One x per task keeps the probe about the task, not about the input; rows are capped
-    so the dual system stays small.
+    The probe sees the same number of rows however many tasks there are: `rows` (task,
+    sample) pairs drawn uniformly from each side. One row per task would let the probe's
+    own sample size grow with the number of training tasks, and its R² would then track
+    the task count rather than the network. The rows carry different x for the same z, so
+    a high score means z is readable whatever the input. `rows` also bounds the dual
+    system's size.
     """
-    def rows(samples: TaskSamples):
-        first = TaskSamples(samples.z, samples.x[:, :1], samples.y[:, :1])
-        keep = slice(0, max_rows)
-        inputs = network_inputs(first, encode)[keep]
-        return hidden_activations(net, inputs.to(next(net.parameters()).dtype)), samples.z[keep]
+    rng = np.random.default_rng(seed)
+    dtype = next(net.parameters()).dtype
 
-    train_acts, train_z = rows(train)
-    test_acts, test_z = rows(test)
+    def probe_rows(samples: TaskSamples):
+        T, P, _ = samples.x.shape
+        pick = torch.as_tensor(rng.choice(T * P, size=min(rows, T * P), replace=False))
+        t, s = pick // P, pick % P
+        inputs = torch.cat([encode(samples.z[t]), samples.x[t, s]], dim=1)
+        return hidden_activations(net, inputs.to(dtype)), samples.z[t]
+
+    train_acts, train_z = probe_rows(train)
+    test_acts, test_z = probe_rows(test)
     return [r2_score(ridge_fit_predict(a.double(), train_z, b.double(), alpha), test_z)
             for a, b in zip(train_acts, test_acts, strict=True)]

@@ -72,18 +72,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--device", default="cpu", help="cpu, or cuda where present")
     p.add_argument("--paper", action="store_true",
-                   help="the paper's sizes, for a GPU: I=H=O=16, M=16, K=3, a 4×1024 MLP, 100k steps")
+                   help="the paper's sizes, for a GPU: I=H=O=16, M=16, K=3, a 4×1024 MLP, 100k steps; "
+                        "other flags given with it override the preset")
     p.add_argument("--json", action="store_true")
     p.add_argument("--save", metavar="DIR", help="write each trained network's state_dict and report.json")
     p.add_argument("--no-progress", action="store_true")
     return p
 
 
-def parse_args(argv):
-    args = build_parser().parse_args(argv)
-    if args.paper:
-        for key, value in PAPER.items():
-            setattr(args, key, value)
+def parse_args(argv=None):
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser()
+    if "--paper" in argv:  # the preset sets defaults; flags given explicitly still win
+        parser.set_defaults(**PAPER)
+    args = parser.parse_args(argv)
     if args.K > args.M:
         raise UsageError(f"--K must be at most --M (got K={args.K}, M={args.M})")
     if "custom" in args.shapes and not args.widths:
