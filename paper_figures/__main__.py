@@ -24,6 +24,7 @@ from paper_figures import (
     fig5_sgd_error_vs_size,
     fig6_sgd_r2_vs_tasks,
     fig7_probe_vs_r2,
+    fig8_constructions_vs_eps,
 )
 from paper_figures.common import DEFAULT_OUT, FigureResult
 from verify.bound import UsageError, positive_int
@@ -42,6 +43,7 @@ FIGURES: list[Entry] = [
     Entry(fig2_units_vs_M.NAME, fig2_units_vs_M.make, slow=False),
     Entry(fig3_error_vs_eps.NAME, fig3_error_vs_eps.make, slow=False),
     Entry(fig4_where_error_lives.NAME, fig4_where_error_lives.make, slow=False),
+    Entry(fig8_constructions_vs_eps.NAME, fig8_constructions_vs_eps.make, slow=False),
     Entry(fig5_sgd_error_vs_size.NAME, fig5_sgd_error_vs_size.make, slow=True),
     Entry(fig6_sgd_r2_vs_tasks.NAME, fig6_sgd_r2_vs_tasks.make, slow=True),
     Entry(fig7_probe_vs_r2.NAME, fig7_probe_vs_r2.make, slow=True),

@@ -3,7 +3,9 @@ run of figures 5 and 6.
 
 For each trained network, `verify.sgd` fits a ridge probe z ← activations on each hidden
 layer, on a fixed number of (task, x) rows from the training tasks, and scores its R² on
-as many rows from the held-out tasks.
+as many rows from the held-out tasks. The row count is fixed, but a probe fitted on T
+training tasks still sees only T distinct z: with T close to M even the construction,
+which holds z verbatim, scores low, so probe R² tracks the task count for every network.
 Each point is one network at its best layer (the highest probe R² over its hidden
 layers; the selection uses the held-out score, so it is an optimistic summary, and every
 layer's value is in the data). Colour: shape; marker: size; the number next to a point:
@@ -125,7 +127,8 @@ def plot(rows: list[dict], meta: dict, p: sgd_data.SgdPlan):
     construction = [r["x"] for r in rows if r["series"] == "construction"]
     if construction:  # its first layer holds z verbatim (M units), so a perfect linear probe exists
         lines += ["", "The construction copies z into", "M first-layer units; its probe",
-                  f"scores {min(construction):.2f} – {max(construction):.2f}."]
+                  f"scores {min(construction):.2f} – {max(construction):.2f}: with few",
+                  "training tasks the probe sees", "too few distinct z to fit even", "that map."]
     side.text(0.0, 0.0, "\n".join(lines), transform=side.transAxes, va="bottom", ha="left", fontsize=7.5,
               family="monospace")
     return fig

@@ -10,3 +10,10 @@ settings.register_profile("ci", max_examples=20, deadline=None, derandomize=True
 settings.register_profile("thorough", max_examples=300, deadline=None,
                           suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+# The tests evaluate many small tensors: one torch thread is fastest for them, and on a
+# machine whose cores are shared (CI runners, parallel jobs) more threads than free cores
+# make them up to 10× slower. CLI subprocesses keep torch's default.
+import torch  # noqa: E402
+
+torch.set_num_threads(1)

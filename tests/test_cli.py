@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import verify.bound
-from constructions import Hyperteacher
+from constructions import Hyperteacher, registry
 from verify.measure import measure_sup_error
 
 SMALL = ["--M", "5", "--K", "2", "--I", "3", "--H", "3", "--O", "2", "--eps", "1e-2", "--no-progress"]
@@ -50,6 +50,26 @@ def test_json_report_holds_the_figures(capsys, variant, constants):
     assert r["dense_vs_structured_max_abs"] <= 1e-10
 
 
+@pytest.mark.parametrize("argv", [
+    ["--construction", "deep"], ["--construction", "optimal"], ["--construction", "exact"],
+    ["--construction", "exact", "--weights", "khot"], ["--layers", "2"],
+    ["--layers", "3", "--constants", "instance"],
+])
+def test_every_construction_passes_its_own_checks(capsys, argv):
+    code, out, _ = run_main(capsys, [*SMALL, "--json", *argv])
+    r = json.loads(out)
+    assert code == 0 and r["passed"] and len(r["checks"]) == 4, r["checks"]
+    units = r["hidden_units"]
+    assert units["total"] == sum(units["widths"]) == sum(units["terms"].values())
+    assert r["dense_vs_structured_max_abs"] <= 1e-10
+    if r["construction"]["task_set"] == "levels":  # exact: zero error, and says where that ends
+        assert r["measured"]["sup_error"] <= 1e-12 and r["off_task_set"]
+    else:
+        assert r["measured"]["sup_error"] <= r["certificate"] <= r["eps"]
+    code, out, _ = run_main(capsys, [*SMALL, *argv])
+    assert "verdict       PASS" in out and r["construction"]["name"] in out
+
+
 @pytest.mark.parametrize("argv,message", [
     (["--eps", "0"], "positive"), (["--eps", "-1e-3"], "positive"), (["--eps", "nan"], "positive"),
     (["--eps", "inf"], "positive"), (["--eps", "abc"], "positive"), (["--M", "3", "--K", "4"], "at most"),
@@ -58,6 +78,11 @@ def test_json_report_holds_the_figures(capsys, variant, constants):
     (["--encoding", "tokens"], "identity, orthogonal"),
     (["--variant", "wide"], "theorem, lean"), (["--constants", "guess"], "apriori, instance"),
     (["--frobnicate"], "unrecognized"),
+    (["--construction", "magic"], "shallow, exact, deep, optimal"),
+    (["--construction", "exact", "--weights", "continuous"], "finite weight set"),
+    (["--construction", "deep", "--layers", "2"], "shallow blocks only"),
+    (["--layers", "9"], "at most 8"), (["--layers", "0"], "positive integer"),
+    (["--layers", "2", "--variant", "lean"], "lean"),
 ])
 def test_bad_input_gets_one_line_and_exit_2(capsys, argv, message):
     code, out, err = run_main(capsys, argv)
@@ -77,13 +102,13 @@ def test_eps_below_float64_resolution_is_refused(capsys):
 
 def test_a_violated_bound_exits_1(capsys, monkeypatch):
     """Feed in a constant that is too small: the measurer must catch it and the CLI say FAIL."""
-    real = verify.bound.build_construction
+    real = registry.BUILDERS["shallow"]
 
     def too_small(teacher, eps, **kw):
         net = real(teacher, eps, **kw)
         return real(teacher, eps, C=0.5 * net.C, **kw)
 
-    monkeypatch.setattr(verify.bound, "build_construction", too_small)
+    monkeypatch.setitem(registry.BUILDERS, "shallow", too_small)
     code, out, _ = run_main(capsys, SMALL)
     assert code == 1
     assert "FAIL          measured <= certificate" in out and "verdict       FAIL" in out

@@ -252,3 +252,18 @@ def test_figure_7_points_are_best_probe_layers_and_r_is_pearson(made):
     assert len(sgd) >= 3 and meta["correlation"]["all"]["pearson_r"] == pytest.approx(r, abs=1e-12)
     text = "\n".join(t.get_text() for ax in results["fig7_probe_vs_r2"].figure.axes for t in ax.texts)
     assert ["all", f"n={len(sgd)}", "r", "=", f"{r:+.3f}"] in [line.split() for line in text.splitlines()]
+
+
+def test_figure_8_counts_every_construction_and_exact_is_flat_in_eps(made):
+    out, results = made
+    rows = read_csv(out / "fig8_constructions_vs_eps.csv")
+    units = {n: [r for r in select(rows, n, "a")] for n in ("shallow", "exact", "deep", "optimal")}
+    assert all(r["y"] == r["formula"] for sel in units.values() for r in sel)
+    assert len({r["y"] for r in units["exact"]}) == 1 and all(r["measured"] <= 1e-12 for r in units["exact"])
+    for name in ("shallow", "deep", "optimal"):  # a smaller ε never costs fewer units
+        ys = [r["y"] for r in sorted(units[name], key=lambda r: -r["x"])]
+        assert ys == sorted(ys) and ys[0] < ys[-1], name
+        assert all(r["measured"] <= r["certificate"] <= r["x"] for r in units[name]), name
+    depth = [r["y"] for r in sorted(select(rows, "deep depth", "b"), key=lambda r: -r["x"])]
+    assert depth == sorted(depth) and depth[0] < depth[-1]
+    assert all(o["y"] <= s["y"] for o, s in zip(units["optimal"], units["shallow"], strict=True))

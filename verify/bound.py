@@ -18,19 +18,19 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from constructions.exact import off_task_set_errors
 from constructions.hyperteacher import ENCODINGS, WEIGHTS, HyperteacherConfig, sample_hyperteacher
-from constructions.shallow import (
-    BYTES_PER_FLOAT64,
-    ShallowConstruction,
-    build_construction,
-    count_hidden_units,
-)
-from theory.bounds import CONSTANTS, VARIANTS, apriori_C_W, count_formula, hidden_units
+from constructions.multilayer import sample_multilayer_hyperteacher
+from constructions.registry import CONSTRUCTIONS, build, default_constants
+from constructions.shallow import BYTES_PER_FLOAT64, ShallowConstruction, count_hidden_units
+from theory.bounds import CONSTANTS, VARIANTS, apriori_C_W, hidden_units
 from verify.measure import measure_sup_error
 
 GIB = 2**30
 DENSE_CHECK_BYTES = 512 * 2**20  # build the dense net for the agreement check up to this size
 AGREEMENT_TOL = 1e-9  # dense vs structured: both float64, same function, rounding only
+EXACT_TOL = 1e-12  # the exact construction's error on its task set: float64 rounding only
+MAX_LAYERS = 8
 
 
 class UsageError(Exception):
@@ -75,10 +75,18 @@ def build_parser() -> Parser:
                    help="weights of active modules (default discrete)")
     p.add_argument("--encoding", default="identity", metavar="{" + ",".join(ENCODINGS) + "}",
                    help="task encoding e(z) (default identity)")
+    p.add_argument("--construction", default="shallow", metavar="{" + ",".join(CONSTRUCTIONS) + "}",
+                   help="shallow: the theorem's network; exact: gated units, zero error for khot/discrete; "
+                        "deep: sawtooth squares, O(log 1/ε) units; optimal: a range and N per product "
+                        "(default shallow)")
+    p.add_argument("--layers", type=positive_int, default=1,
+                   help=f"modular layers L of the teacher, 1..{MAX_LAYERS}; L > 1 is built from shallow "
+                        "blocks (default 1)")
     p.add_argument("--variant", default="theorem", metavar="{" + ",".join(VARIANTS) + "}",
                    help="theorem: carry z (M units); lean: carry b(z̃) (H units) (default theorem)")
-    p.add_argument("--constants", default="apriori", metavar="{" + ",".join(CONSTANTS) + "}",
-                   help="apriori: C_W = 2σ for every draw; instance: this teacher's exact range")
+    p.add_argument("--constants", default=None, metavar="{" + ",".join(CONSTANTS) + "}",
+                   help="apriori: C_W = 2σ for every draw; instance: this teacher's exact range "
+                        "(default apriori; instance for --construction optimal)")
     p.add_argument("--seed", type=int, default=0, help="seed of the teacher and the measurement")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.add_argument("--save", metavar="DIR", help="write teacher.npz, network.pt, report.json")
@@ -112,12 +120,22 @@ def _glue_negative_numbers(argv: list[str]) -> list[str]:
 def parse_args(argv):
     argv = sys.argv[1:] if argv is None else list(argv)
     args = build_parser().parse_args(_glue_negative_numbers(argv))
-    for name, allowed in (("weights", WEIGHTS), ("encoding", ENCODINGS),
+    if args.constants is None:
+        args.constants = default_constants(args.construction)
+    for name, allowed in (("construction", CONSTRUCTIONS), ("weights", WEIGHTS), ("encoding", ENCODINGS),
                           ("variant", VARIANTS), ("constants", CONSTANTS)):
         if getattr(args, name) not in allowed:
             raise UsageError(f"--{name} must be one of {', '.join(allowed)}; got {getattr(args, name)!r}")
     if args.K > args.M:
         raise UsageError(f"--K must be at most --M (got K={args.K}, M={args.M})")
+    if args.layers > MAX_LAYERS:
+        raise UsageError(f"--layers must be at most {MAX_LAYERS}, got {args.layers}")
+    if args.layers > 1 and args.construction != "shallow":
+        raise UsageError(f"multi-layer teachers are built with shallow blocks only; "
+                         f"--construction {args.construction} needs --layers 1")
+    if args.construction == "exact" and args.weights == "continuous":
+        raise UsageError("--construction exact needs a finite weight set (--weights khot or discrete): "
+                         "with continuous weights z falls between the levels its gates are built for")
     if args.refine_steps < 0:
         raise UsageError(f"--refine-steps must be ≥ 0, got {args.refine_steps}")
     return args
@@ -156,11 +174,6 @@ def structured_bytes(cfg: HyperteacherConfig, tasks: int) -> int:
     return (3 * teacher + latents + chunk) * BYTES_PER_FLOAT64
 
 
-def dense_bytes_for_measurement(net: ShallowConstruction, batch_rows: int) -> int:
-    n1, _ = net.hidden_units().widths
-    return net.dense_bytes() + 3 * batch_rows * n1 * BYTES_PER_FLOAT64
-
-
 def check_memory(need: int, what: str) -> None:
     have = available_bytes()
     if need > have:
@@ -178,30 +191,44 @@ def dense_agreement(net: ShallowConstruction, dense: torch.nn.Module, teacher, s
         return float((net(inputs) - dense(inputs)).abs().max())
 
 
+def sample_teacher(cfg: HyperteacherConfig, layers: int = 1):
+    """The single-layer hyperteacher, or for layers > 1 the multi-layer one (whose first
+    layer is the same draw)."""
+    return sample_hyperteacher(cfg) if layers == 1 else sample_multilayer_hyperteacher(cfg, layers)
+
+
 def verify_point(cfg: HyperteacherConfig, eps: float, variant: str = "theorem",
-                 constants: str = "apriori", *, dense: bool = False, build_dense: bool | None = None,
+                 constants: str | None = None, *, construction: str = "shallow", layers: int = 1,
+                 dense: bool = False, build_dense: bool | None = None,
                  measure: dict | None = None, progress: bool | None = None):
-    """Build the construction for (teacher, ε), measure it, and check the theorem's claims.
+    """Build a construction for (teacher, ε), measure it, and check its claims.
 
     Returns (report, teacher, construction, dense network or None). `dense` measures the
     nn.Sequential itself; `build_dense` (default: when it is small) builds it to count its
     widths and compare it with the structured evaluator. Raises UsageError for sizes that
-    cannot fit in memory and for ε below float64 resolution.
+    cannot fit in memory, for ε below float64 resolution and for combinations that a
+    construction does not support.
     """
     start = time.perf_counter()
     measure = dict(measure or {})
     tasks = min(measure.get("max_tasks", 20_000), math.comb(cfg.M, cfg.K) * cfg.K)
-    check_memory(structured_bytes(cfg, tasks), "the teacher and the structured evaluator")
-    teacher = sample_hyperteacher(cfg)
-    net = build_construction(teacher, eps, variant=variant, constants=constants)
+    check_memory(layers * structured_bytes(cfg, tasks), "the teacher and the structured evaluator")
+    teacher = sample_teacher(cfg, layers)
+    try:
+        net = build(construction, teacher, eps, variant=variant, constants=constants)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
     units = net.hidden_units()
     if dense:
-        check_memory(dense_bytes_for_measurement(net, 8192), "--dense (the dense first layer)")
+        check_memory(net.dense_bytes() + 3 * 8192 * max(units.widths) * BYTES_PER_FLOAT64,
+                     "--dense (the dense network and a batch of its activations)")
     floor = net.rounding_floor(dense=dense)
-    if net.certificate() <= 10 * floor:
+    cert = net.certificate()
+    exact = net.task_set == "levels"
+    if not exact and cert <= 10 * floor:
         raise UsageError(f"ε={eps:g} is below what float64 can verify here: the worst-case "
                          f"rounding error {floor:.1e} exceeds a tenth of the certificate "
-                         f"{net.certificate():.1e}; use a larger --eps")
+                         f"{cert:.1e}; use a larger --eps")
     if build_dense is None:
         build_dense = net.dense_bytes() <= DENSE_CHECK_BYTES
     elif build_dense:
@@ -211,42 +238,53 @@ def verify_point(cfg: HyperteacherConfig, eps: float, variant: str = "theorem",
     agreement = dense_agreement(net, dense_net, teacher, cfg.seed) if dense_net is not None else None
 
     measure.setdefault("seed", cfg.seed)
+    if exact:  # its guarantee covers the family's own weight levels, not all of [0, 1]
+        measure["refine_z"] = False
     measured = measure_sup_error(dense_net if dense else net, teacher, progress=progress, **measure)
-    cert = net.certificate()
-    checks = {
-        "certificate <= eps": cert <= eps,
-        # Rounding can push an exact-math tie a hair over: allow the float64 worst case.
-        "measured <= certificate": measured.sup_error <= cert + floor,
-        "count = formula": sum(widths) == units.total,
-    }
+    if exact:
+        checks = {"certificate <= eps": cert <= eps,
+                  f"measured <= {EXACT_TOL:g} (exact)": measured.sup_error <= EXACT_TOL}
+    else:
+        checks = {
+            "certificate <= eps": cert <= eps,
+            # Rounding can push an exact-math tie a hair over: allow the float64 worst case.
+            "measured <= certificate": measured.sup_error <= cert + floor,
+        }
+    checks["count = formula"] = sum(widths) == units.total and tuple(widths) == tuple(units.widths)
     if agreement is not None:
         checks["dense = structured"] = agreement <= AGREEMENT_TOL
-    other = "lean" if variant == "theorem" else "theorem"
     report = {
-        "teacher": dict(I=cfg.I, H=cfg.H, O=cfg.O, M=cfg.M, K=cfg.K, weights=cfg.weights,
+        "teacher": dict(I=cfg.I, H=cfg.H, O=cfg.O, M=cfg.M, K=cfg.K, L=layers, weights=cfg.weights,
                         encoding=cfg.encoding, seed=cfg.seed, n_supports=teacher.n_supports()),
-        "constants": dict(kind=constants, C=net.C, a=net.a, C_W_apriori=apriori_C_W(cfg.I),
-                          C_W_instance=float(np.abs(teacher.W).max())),
+        "construction": dict(name=net.name, task_set=net.task_set, **net.summary()),
         "eps": eps,
         "variant": variant,
-        "N": net.N,
-        "N_sqrt_eps": net.N * math.sqrt(eps),
-        "N_sqrt_eps_limit": math.sqrt(cfg.I * net.C * net.a),
-        "hidden_units": dict(squares=units.squares, carry=units.carry, teacher=units.teacher,
-                             total=units.total, widths=widths, formula=count_formula(variant),
+        "hidden_units": dict(terms=units.terms, total=units.total, widths=widths,
+                             formula=net.count_formula(),
                              counted_from="nn.Sequential" if dense_net is not None else "structured"),
-        "hidden_units_" + other: hidden_units(cfg.I, cfg.H, cfg.M, net.N, other).total,
         "certificate": cert,
         "rounding_floor_float64": floor,
         "measured": measured.to_dict() | dict(
             network="dense nn.Sequential" if dense else "structured evaluator"),
-        "measured_over_certificate": measured.sup_error / cert,
+        "measured_over_certificate": measured.sup_error / cert if cert > 0 else None,
         "dense_vs_structured_max_abs": agreement,
         "checks": checks,
-        "passed": all(checks.values()),
-        "seconds": time.perf_counter() - start,
-        "peak_memory_gib": (peak_memory_bytes() or 0) / GIB,
     }
+    if isinstance(net, ShallowConstruction):
+        other = "lean" if variant == "theorem" else "theorem"
+        report |= {
+            "constants": dict(kind=net.constants, C=net.C, a=net.a, C_W_apriori=apriori_C_W(cfg.I),
+                              C_W_instance=float(np.abs(teacher.W).max())),
+            "N": net.N,
+            "N_sqrt_eps": net.N * math.sqrt(eps),
+            "N_sqrt_eps_limit": math.sqrt(cfg.I * net.C * net.a),
+            "hidden_units_" + other: hidden_units(cfg.I, cfg.H, cfg.M, net.N, other).total,
+        }
+        report["hidden_units"] |= dict(squares=units.squares, carry=units.carry, teacher=units.teacher)
+    if exact:
+        report["off_task_set"] = off_task_set_errors(net, teacher, np.random.default_rng(cfg.seed + 2))
+    report |= {"passed": all(checks.values()), "seconds": time.perf_counter() - start,
+               "peak_memory_gib": (peak_memory_bytes() or 0) / GIB}
     return report, teacher, net, dense_net
 
 
@@ -254,7 +292,8 @@ def run(args) -> dict:
     cfg = HyperteacherConfig(I=args.I, H=args.H, O=args.O, M=args.M, K=args.K,
                              weights=args.weights, encoding=args.encoding, seed=args.seed)
     report, teacher, net, dense_net = verify_point(
-        cfg, args.eps, args.variant, args.constants, dense=args.dense,
+        cfg, args.eps, args.variant, args.constants, construction=args.construction, layers=args.layers,
+        dense=args.dense,
         build_dense=True if args.save else None,
         measure=dict(max_tasks=args.max_tasks, points_per_task=args.points, refine_steps=args.refine_steps),
         progress=False if args.no_progress else None)
@@ -267,21 +306,22 @@ def run(args) -> dict:
     return report
 
 
-def format_report(r: dict) -> str:
-    t, c, u, m = r["teacher"], r["constants"], r["hidden_units"], r["measured"]
-    I, H, M, N = t["I"], t["H"], t["M"], r["N"]
+def _teacher_line(t: dict) -> str:
+    layers = f" L={t['L']}" if t["L"] > 1 else ""
+    return (f"hyperteacher  I={t['I']} H={t['H']} O={t['O']} M={t['M']} K={t['K']}{layers}  "
+            f"weights={t['weights']} encoding={t['encoding']} seed={t['seed']}  "
+            f"({t['n_supports']:,} supports)")
+
+
+def _shallow_lines(r: dict) -> list[str]:
+    c, u = r["constants"], r["hidden_units"]
     carry = "M" if r["variant"] == "theorem" else "H"
     other = "lean" if r["variant"] == "theorem" else "theorem"
-    task_line = (f"all {m['n_tasks']:,} supports" if m["tasks_enumerated"]
-                 else f"{m['n_tasks']:,} sampled of {t['n_supports']:,} supports")
     C_how = "√K·2σ, a-priori" if c["kind"] == "apriori" else "exact sup over Z_K"
-    z_where = ", ".join(f"z{k}={v:.3g}" for k, v in zip(m["z_support"], m["z_values"], strict=True))
-    lines = [
-        f"hyperteacher  I={I} H={H} O={t['O']} M={M} K={t['K']}  weights={t['weights']} "
-        f"encoding={t['encoding']} seed={t['seed']}  ({t['n_supports']:,} supports)",
+    return [
         f"constants     C = {c['C']:.4f} ({C_how})   a = max_o Σ_h|A_ho| = {c['a']:.4f}",
         f"ε             {r['eps']:.3e}",
-        f"N             {N:,} = ⌈√(I·C·a/ε)⌉     N·√ε = {r['N_sqrt_eps']:.3f} "
+        f"N             {r['N']:,} = ⌈√(I·C·a/ε)⌉     N·√ε = {r['N_sqrt_eps']:.3f} "
         f"(→ √(I·C·a) = {r['N_sqrt_eps_limit']:.3f})",
         f"hidden units  squares 2·I·H·N = {u['squares']:,}",
         f"              carry {carry:<9} = {u['carry']:,}",
@@ -291,11 +331,85 @@ def format_report(r: dict) -> str:
         f"              ({other} variant: {r['hidden_units_' + other]:,})",
         f"certificate   I·C·a/N² = {r['certificate']:.3e}   (float64 rounding ≤ "
         f"{r['rounding_floor_float64']:.1e})",
-        f"measured      sup‖f−g‖∞ = {m['sup_error']:.3e}  = {r['measured_over_certificate']:.3f} × "
-        f"certificate   ({task_line}, {m['n_evaluations']:,} evaluations, {m['seconds']:.1f} s)",
+    ]
+
+
+def _summary_value(v) -> str:
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    if isinstance(v, (list, tuple)):
+        shown = ", ".join(_summary_value(x) for x in v[:8])
+        return f"[{shown}, … {len(v)} values]" if len(v) > 8 else f"[{shown}]"
+    return str(v)
+
+
+def run_length(widths) -> str:
+    """(2064, 1040×12, 16): a deep network's widths on one line."""
+    runs: list[list[int]] = []
+    for w in widths:
+        if runs and runs[-1][0] == w:
+            runs[-1][1] += 1
+        else:
+            runs.append([w, 1])
+    return "(" + ", ".join(f"{w}×{n}" if n > 1 else str(w) for w, n in runs) + ")"
+
+
+def _generic_lines(r: dict) -> list[str]:
+    c, u = r["construction"], r["hidden_units"]
+    params = [f"{k}={_summary_value(v)}" for k, v in c.items() if k not in ("name", "task_set")]
+    lines = [f"construction  {c['name']}   certificate holds on: {c['task_set']}"]
+    for s in range(0, len(params), 4):
+        lines.append("              " + "  ".join(params[s:s + 4]))
+    lines.append(f"ε             {r['eps']:.3e}")
+    width = max(len(k) for k in u["terms"])
+    for n, (k, v) in enumerate(u["terms"].items()):
+        lines.append(f"{'hidden units' if n == 0 else '':<14}{k:<{width}} = {v:,}")
+    lines += [f"{'':<14}{'total':<{width}} = {u['total']:,}   formula {u['formula']}",
+              f"{'':<14}{'widths':<{width}} = {run_length(u['widths'])} ({len(u['widths'])} hidden layers) "
+              f"counted on the {u['counted_from']}",
+              f"certificate   {r['certificate']:.3e}   "
+              f"(float64 rounding ≤ {r['rounding_floor_float64']:.1e})"]
+    return lines
+
+
+def _error_stats(s: dict) -> str:
+    return (f"max error {s['max_error']:.2e} (teacher max |g| {s['teacher_max']:.2f}), "
+            f"{100 * s['fraction_above_1e_12']:.2g}% of points off by > 1e-12")
+
+
+def _off_task_set_lines(off: dict | None) -> list[str]:
+    """Where the exact construction stops being exact, one line per probe."""
+    if not off:
+        return []
+    lines = []
+    for name, value in off.items():
+        if isinstance(value, dict) and "max_error" in value:
+            lines.append(f"{name}: {_error_stats(value)}")
+        elif name == "x_off_box":
+            lines += [f"x in [-{radius}, {radius}]^I: {_error_stats(s)}" for radius, s in value.items()]
+        elif isinstance(value, dict) and "sup_error" in value:
+            lines.append(f"{name}: sup error {value['sup_error']:.2e} (ascent over z on a support)")
+        else:
+            lines.append(f"{name}: {_summary_value(value)}")
+    return [f"{'off task set' if n == 0 else '':<14}{line}" for n, line in enumerate(lines)]
+
+
+def format_report(r: dict) -> str:
+    t, m = r["teacher"], r["measured"]
+    task_line = (f"all {m['n_tasks']:,} supports" if m["tasks_enumerated"]
+                 else f"{m['n_tasks']:,} sampled of {t['n_supports']:,} supports")
+    z_where = ", ".join(f"z{k}={v:.3g}" for k, v in zip(m["z_support"], m["z_values"], strict=True))
+    ratio = r["measured_over_certificate"]
+    ratio = f"= {ratio:.3f} × certificate" if ratio is not None else "(certificate 0: exact)"
+    lines = [_teacher_line(t)]
+    lines += _shallow_lines(r) if "N" in r else _generic_lines(r)
+    lines += [
+        f"measured      sup‖f−g‖∞ = {m['sup_error']:.3e}  {ratio}   ({task_line}, "
+        f"{m['n_evaluations']:,} evaluations, {m['seconds']:.1f} s)",
         f"              worst at {z_where}; stages "
         + ", ".join(f"{k} {v:.2e}" for k, v in m["by_stage"].items()),
     ]
+    lines += _off_task_set_lines(r.get("off_task_set"))
     if r["dense_vs_structured_max_abs"] is not None:
         lines.append(f"dense check   max|dense − structured| = {r['dense_vs_structured_max_abs']:.1e}")
     lines += [f"{'PASS' if ok else 'FAIL'}          {name}" for name, ok in r["checks"].items()]

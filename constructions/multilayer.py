@@ -1,0 +1,372 @@
+"""Multi-layer hyperteachers and the ReLU MLP that approximates them on all of X × Z_K.
+
+Teacher (spec §1, extension): h⁰ = x ∈ [-1,1]^I; h^l = ReLU(h^{l-1}·W^l(z̃) + b^l(z̃)) for l = 1..L,
+W^l(z̃) = Σ_m z̃_m W^l_m with modules of fan-in H_{l-1}, b^l_m ~ U[0, 0.5); g = h^L·A. With L = 1 it is
+exactly `sample_hyperteacher`'s teacher (same seed, same arrays).
+
+Construction: one block per teacher layer, each the shallow construction's two hidden layers:
+- squares layer: N_l ReLUs for each of ŝ(u_ih), ŝ(v_ih), u, v = (ĥ'_i/R_i ± c_ih(z)/C_ih)/2, where
+  ĥ' = ĥ − U/2 is the previous block's output centred on its interval [0, U] (x itself for l = 1),
+  plus M units carrying z (ReLU(z) = z on Z_K);
+- teacher layer: p̂_h = Σ_i R_i C_ih (ŝ(u) − ŝ(v)) + b'_h(z̃), where b' also holds the centre's part
+  Σ_i (U_i/2) c_ih(z), linear in z. Before the last block: H units ReLU(p̂), H clamp units
+  ReLU(p̂ − U) (so the next block reads ReLU(p̂) − ReLU(p̂ − U) = min(max(p̂, 0), U) ∈ [0, U], keeping
+  its u, v in [-1, 1]) and M carry units; the last block: H units ReLU(p̂), then ·A.
+Hidden units: Σ_l (2·H_{l−1}·H·N_l + M) + (L−1)·(2H + M) + H. The certificate and the choice of N_l
+are derived in `theory.multilayer`: δ^l ≤ Cᵀ δ^{l-1} + Cᵀ R / N_l², certificate max_o (|A|ᵀ δ^L)_o.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import nn
+
+from constructions.hyperteacher import (
+    DISCRETE_LEVELS,
+    HyperteacherConfig,
+    n_supports,
+    sample_hyperteacher,
+    truncated_normal,
+)
+from constructions.shallow import BYTES_PER_FLOAT64
+from theory import multilayer as theory
+from theory.bounds import CONSTANTS, VARIANTS, readout_norm, square_interpolant, square_relu_coefficients
+
+# ---------------------------------------------------------------------------------------------
+# The teacher
+
+
+@dataclass(frozen=True)
+class MultiLayerHyperteacher:
+    """g(x, z) = h^L·A with h^l = ReLU(h^{l-1}·W^l(z̃) + b^l(z̃)), h⁰ = x. Arrays are float64 numpy."""
+
+    Ws: tuple  # L arrays (M, H_{l-1}, H)
+    bs: tuple  # L arrays (M, H)
+    A: np.ndarray  # (H, O)
+    K: int
+    weights: str = "discrete"
+    encoding: str = "identity"
+    Q: np.ndarray | None = None  # (M, M) orthogonal, e(z) = Q z
+
+    @property
+    def M(self) -> int:
+        return self.Ws[0].shape[0]
+
+    @property
+    def I(self) -> int:  # noqa: E743 - the paper's name for the input size
+        return self.Ws[0].shape[1]
+
+    @property
+    def H(self) -> int:
+        return self.Ws[-1].shape[2]
+
+    @property
+    def O(self) -> int:  # noqa: E743 - the paper's name for the output size
+        return self.A.shape[1]
+
+    @property
+    def L(self) -> int:
+        return len(self.Ws)
+
+    @property
+    def W(self) -> np.ndarray:
+        """Hyperteacher's W, so single-layer constructions accept an L = 1 teacher (and only that)."""
+        if self.L != 1:
+            raise AttributeError(f"a {self.L}-layer teacher has no single W; use Ws (build_multilayer)")
+        return self.Ws[0]
+
+    @property
+    def b(self) -> np.ndarray:
+        if self.L != 1:
+            raise AttributeError(f"a {self.L}-layer teacher has no single b; use bs (build_multilayer)")
+        return self.bs[0]
+
+    @property
+    def sizes(self) -> tuple[int, ...]:
+        """(H_0 = I, H_1, ..., H_L)."""
+        return (self.I,) + tuple(W.shape[2] for W in self.Ws)
+
+    @property
+    def weight_values(self) -> np.ndarray:
+        """The values an active module's weight can take ([0.5, 1] is a range for `continuous`)."""
+        return {"khot": np.array([1.0]), "discrete": DISCRETE_LEVELS}.get(
+            self.weights, np.array([0.5, 1.0]))
+
+    def n_supports(self) -> int:
+        return n_supports(self.M, self.K)
+
+    def encode(self, z):
+        """e(z): identity, or the fixed orthogonal map Q z (rows are tasks)."""
+        if self.Q is None:
+            return z
+        Q = torch.as_tensor(self.Q, dtype=z.dtype) if torch.is_tensor(z) else self.Q
+        return z @ Q.T
+
+    def activations(self, z: torch.Tensor, x: torch.Tensor) -> list[torch.Tensor]:
+        """[h¹, ..., h^L] for rows of z (B, M) and x (B, I)."""
+        z_tilde = z / math.sqrt(self.K)
+        h, out = x, []
+        for W, b in zip(self.Ws, self.bs, strict=True):
+            W_t = torch.as_tensor(W, dtype=x.dtype)
+            W_z = (z_tilde @ W_t.reshape(self.M, -1)).reshape(-1, W.shape[1], W.shape[2])
+            h = torch.relu(torch.einsum("bi,bih->bh", h, W_z) + z_tilde @ torch.as_tensor(b, dtype=x.dtype))
+            out.append(h)
+        return out
+
+    def forward(self, z: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        """g(x, z); differentiable in both."""
+        return self.activations(z, x)[-1] @ torch.as_tensor(self.A, dtype=x.dtype)
+
+    def save_npz(self, path) -> None:
+        arrays = dict(A=self.A, K=np.int64(self.K), L=np.int64(self.L), weights=np.str_(self.weights),
+                      weight_values=self.weight_values, encoding=np.str_(self.encoding))
+        for l, (W, b) in enumerate(zip(self.Ws, self.bs, strict=True), start=1):
+            arrays[f"W{l}"], arrays[f"b{l}"] = W, b
+        if self.Q is not None:
+            arrays["Q"] = self.Q
+        np.savez(path, **arrays)
+
+    @classmethod
+    def load_npz(cls, path) -> MultiLayerHyperteacher:
+        with np.load(path) as f:
+            L = int(f["L"])
+            return cls(Ws=tuple(f[f"W{l}"] for l in range(1, L + 1)),
+                       bs=tuple(f[f"b{l}"] for l in range(1, L + 1)), A=f["A"], K=int(f["K"]),
+                       weights=str(f["weights"]), encoding=str(f["encoding"]),
+                       Q=f["Q"] if "Q" in f else None)
+
+
+def sample_multilayer_hyperteacher(cfg: HyperteacherConfig, L: int) -> MultiLayerHyperteacher:
+    """Layer 1, A and Q are `sample_hyperteacher(cfg)`'s arrays (so L = 1 is that teacher).
+
+    Layers l ≥ 2 draw W^l, b^l from children 4 + 2(l−2) and 5 + 2(l−2) of SeedSequence(cfg.seed):
+    spawn(n) numbers its children 0..n−1 the same way for every n, so the first four are the
+    single-layer teacher's streams and layer l's arrays do not depend on L.
+    """
+    if not isinstance(L, (int, np.integer)) or L < 1:
+        raise ValueError(f"L (layers) must be a positive integer, got {L!r}")
+    base = sample_hyperteacher(cfg)
+    children = np.random.SeedSequence(cfg.seed).spawn(4 + 2 * (L - 1))[4:]
+    Ws, bs = [base.W], [base.b]
+    for l in range(L - 1):
+        rng_W, rng_b = (np.random.default_rng(s) for s in children[2 * l: 2 * l + 2])
+        Ws.append(truncated_normal(rng_W, (cfg.M, cfg.H, cfg.H), fan_in=cfg.H))
+        bs.append(rng_b.uniform(0.0, 0.5, size=(cfg.M, cfg.H)))
+    return MultiLayerHyperteacher(Ws=tuple(Ws), bs=tuple(bs), A=base.A, K=cfg.K, weights=cfg.weights,
+                                  encoding=cfg.encoding, Q=base.Q)
+
+
+# ---------------------------------------------------------------------------------------------
+# The construction
+
+
+class MultiLayerConstruction(nn.Module):
+    """f(e(z), x) with sup_{X × Z_K} ‖f − g‖_∞ ≤ max_o (|A|ᵀ δ^L)_o (see theory.multilayer)."""
+
+    name = "multilayer"
+    task_set = "Z_K"
+
+    def __init__(self, teacher: MultiLayerHyperteacher, N, constants: str = "instance",
+                 bounds: list[theory.LayerBounds] | None = None):
+        super().__init__()
+        self.I, self.H, self.O, self.M, self.K = teacher.I, teacher.H, teacher.O, teacher.M, teacher.K
+        self.L, self.sizes = teacher.L, teacher.sizes
+        self.N = tuple(int(n) for n in N)
+        if len(self.N) != self.L or min(self.N) < 1:
+            raise ValueError(f"need one N_l ≥ 1 per layer (L = {self.L}), got {self.N}")
+        self.constants = constants
+        self.bounds = theory.interval_bounds(teacher.Ws, teacher.bs, self.K, constants) \
+            if bounds is None else bounds
+        self._Ws = teacher.Ws  # kept for the rounding floor (magnitudes of the z-weights)
+        self.orthogonal = teacher.Q is not None
+        self.a = readout_norm(teacher.A)
+        t = lambda arr: torch.as_tensor(np.asarray(arr), dtype=torch.float64)  # noqa: E731
+        root_K = math.sqrt(self.K)
+        for l, (lb, W) in enumerate(zip(self.bounds, teacher.Ws, strict=True)):
+            # A zero range (C_ih = 0 or R_i = 0) means the product is 0 on the task set; its
+            # u, v weights are set to 0 and its output weight R·C is 0, in both forms alike.
+            self.register_buffer(f"W_over_C{l}", t((W / root_K * _inverse(lb.C)).reshape(self.M, -1)))
+            self.register_buffer(f"x_scale{l}", t(_inverse(lb.R)))
+            self.register_buffer(f"centre{l}", t(lb.centre))
+            self.register_buffer(f"RC{l}", t(lb.R[:, None] * lb.C))
+            self.register_buffer(f"b_tilde{l}", t(lb.b_centred / root_K))
+            self.register_buffer(f"knots{l}", t(square_relu_coefficients(self.N[l])[0]))
+            if l < self.L - 1:
+                self.register_buffer(f"U{l}", t(lb.U))
+        self.register_buffer("A", t(teacher.A))
+        self.register_buffer("Q", t(teacher.Q) if teacher.Q is not None else None)
+
+    def _block(self, l: int) -> dict[str, torch.Tensor]:
+        names = ("W_over_C", "x_scale", "centre", "RC", "b_tilde", "knots")
+        names += ("U",) if l < self.L - 1 else ()
+        return {name: getattr(self, f"{name}{l}") for name in names}
+
+    @property
+    def input_dim(self) -> int:
+        return self.M + self.I
+
+    # -- the function -----------------------------------------------------------------------
+
+    def decode(self, e: torch.Tensor) -> torch.Tensor:
+        return e if self.Q is None else e @ self.Q
+
+    def forward(self, inputs: torch.Tensor) -> torch.Tensor:
+        """The dense network's function block by block, with ŝ in closed form (O(H_{l-1}·H) per row).
+
+        Block 1's squares read z = e-decoded; every later use of z reads the carry ReLU(z), as
+        the dense network does, so both agree off Z_K too."""
+        z = self.decode(inputs[:, : self.M])
+        h = inputs[:, self.M:]
+        z_carry = torch.relu(z)
+        for l in range(self.L):
+            p = self._block(l)
+            n_in = self.sizes[l]
+            c = ((z if l == 0 else z_carry) @ p["W_over_C"]).view(-1, n_in, self.H)
+            h_scaled = ((h - p["centre"]) * p["x_scale"])[:, :, None]
+            u, v = (h_scaled + c) / 2, (h_scaled - c) / 2
+            N = self.N[l]
+            products = p["RC"] * (square_interpolant(u, N) - square_interpolant(v, N))
+            pre = products.sum(dim=1) + z_carry @ p["b_tilde"]
+            h = torch.relu(pre) - torch.relu(pre - p["U"]) if l < self.L - 1 else torch.relu(pre)
+        return h @ self.A
+
+    # -- the protocol -----------------------------------------------------------------------
+
+    def certificate(self) -> float:
+        return theory.certificate(self.bounds, self.A.numpy(), self.N)
+
+    def error_bounds(self) -> list[np.ndarray]:
+        return theory.error_bounds(self.bounds, self.N)
+
+    def rounding_floor(self, unit_roundoff: float = 2.0**-53, dense: bool = False) -> float:
+        return theory.rounding_floor(self.bounds, self._Ws, self.A.numpy(), self.N, self.K,
+                                     self.orthogonal, unit_roundoff, dense)
+
+    def hidden_units(self) -> theory.MultiLayerHiddenUnits:
+        return theory.hidden_units(self.sizes, self.M, self.N)
+
+    def count_formula(self) -> str:
+        return theory.count_formula()
+
+    def counted_widths(self) -> list[int]:
+        """Widths read off the buffers: per block 2·(#products)·(#knots) + carry (rows of W_over_C),
+        then H ReLU + H clamp (len U) + carry, or H (columns of A) for the last block."""
+        out = []
+        for l in range(self.L):
+            p = self._block(l)
+            M = p["W_over_C"].shape[0]
+            out.append(2 * p["W_over_C"].shape[1] * p["knots"].numel() + M)
+            out.append(2 * p["U"].numel() + M if "U" in p else self.A.shape[0])
+        return out
+
+    def dense_bytes(self) -> int:
+        widths = (self.input_dim,) + self.hidden_units().widths + (self.O,)
+        return sum(n_out * (n_in + 1) for n_in, n_out in zip(widths[:-1], widths[1:], strict=True)) \
+            * BYTES_PER_FLOAT64
+
+    def summary(self) -> dict:
+        return dict(L=self.L, N=list(self.N), constants=self.constants, a=self.a,
+                    kappa=theory.kappas(self.bounds, self.A.numpy()).tolist(),
+                    U_max=[float(lb.U.max()) for lb in self.bounds],
+                    C_max=[float(lb.C.max()) for lb in self.bounds])
+
+    # -- the dense network ------------------------------------------------------------------
+
+    def to_sequential(self, dtype: torch.dtype = torch.float64) -> nn.Sequential:
+        """Linear/ReLU pairs, two per block, then the readout. Input [e(z), x].
+
+        Squares-layer rows are ordered (square ∈ {u, v}, i, h, k), then M carry rows. The teacher
+        layer's rows are the H units ReLU(p̂), then (not in the last block) H clamp units
+        ReLU(p̂ − U) and M carry rows; the next block reads ĥ = ReLU(p̂) − ReLU(p̂ − U) from them.
+        """
+        M, H = self.M, self.H
+        widths = self.hidden_units().widths
+        z_to_e = self.Q.T if self.Q is not None else None
+        layers: list[nn.Module] = []
+        n_prev = self.input_dim
+        for l in range(self.L):
+            p = self._block(l)
+            n_in, N = self.sizes[l], self.N[l]
+            knots, alpha = (torch.as_tensor(a) for a in square_relu_coefficients(N))
+            n_sq = 2 * n_in * H * N
+            first = nn.utils.skip_init(nn.Linear, n_prev, widths[2 * l], dtype=dtype)
+            second = nn.utils.skip_init(nn.Linear, widths[2 * l], widths[2 * l + 1], dtype=dtype)
+            with torch.no_grad():
+                w1 = first.weight
+                w1.zero_()
+                # Columns of the block's input: l = 1: [e (M), x (I)]; l ≥ 2: [ReLU(p̂) (H), clamp (H), z (M)].
+                z_cols = slice(0, M) if l == 0 else slice(2 * H, 2 * H + M)
+                c_rows = p["W_over_C"].view(M, n_in, H).permute(1, 2, 0) / 2  # (n_in, H, M)
+                if l == 0 and z_to_e is not None:
+                    c_rows = c_rows @ z_to_e
+                half_scale = p["x_scale"] / 2
+                squares = w1[:n_sq].view(2, n_in, H, N, n_prev)
+                for sign, block in zip((1.0, -1.0), squares, strict=True):
+                    block[..., z_cols] = sign * c_rows[:, :, None, :]
+                    # ĥ_i enters row (·, i, ·, ·) with 1/(2R_i); .diagonal puts i last: (H, N, n_in).
+                    if l == 0:
+                        block[..., M:].diagonal(dim1=0, dim2=3).copy_(half_scale.expand(H, N, n_in))
+                    else:
+                        block[..., :H].diagonal(dim1=0, dim2=3).copy_(half_scale.expand(H, N, n_in))
+                        block[..., H:2 * H].diagonal(dim1=0, dim2=3).copy_(-half_scale.expand(H, N, n_in))
+                offset = -(p["centre"] * half_scale)  # (n_in,): −m_i/(2R_i)
+                first.bias[:n_sq] = (offset[:, None, None] - knots[None, None, :]).expand(
+                    n_in, H, N).reshape(-1).repeat(2)
+                eye = torch.eye(M, dtype=torch.float64)
+                w1[n_sq:, z_cols] = eye @ z_to_e if (l == 0 and z_to_e is not None) else eye
+                first.bias[n_sq:] = 0.0
+
+                # Teacher layer: p̂_h = Σ_i R_i C_ih Σ_k α_k (s⁺_ihk − s⁻_ihk) + b'_h(z̃).
+                w2 = second.weight
+                w2.zero_()
+                n_units = H if l == self.L - 1 else 2 * H
+                for copy in range(n_units // H):
+                    per_unit = w2[copy * H:(copy + 1) * H, :n_sq].view(H, 2, n_in, H, N)
+                    for h in range(H):
+                        per_unit[h, 0, :, h, :] = p["RC"][:, h, None] * alpha
+                        per_unit[h, 1, :, h, :] = -p["RC"][:, h, None] * alpha
+                    w2[copy * H:(copy + 1) * H, n_sq:] = p["b_tilde"].T
+                second.bias.zero_()
+                if l < self.L - 1:
+                    second.bias[H:2 * H] = -p["U"]
+                    w2[2 * H:, n_sq:] = eye
+            layers += [first, nn.ReLU(), second, nn.ReLU()]
+            n_prev = widths[2 * l + 1]
+        readout = nn.utils.skip_init(nn.Linear, n_prev, self.O, dtype=dtype)
+        with torch.no_grad():
+            readout.weight.copy_(self.A.T)
+            readout.bias.zero_()
+        return nn.Sequential(*layers, readout).to(dtype)
+
+
+def _inverse(a: np.ndarray) -> np.ndarray:
+    """1/a where a > 0, else 0 (a zero range: the product is 0 on the task set)."""
+    return np.where(a > 0, 1.0 / np.where(a > 0, a, 1.0), 0.0)
+
+
+def build_multilayer(teacher: MultiLayerHyperteacher, eps: float, variant: str = "theorem",
+                     constants: str = "apriori", N=None) -> MultiLayerConstruction:
+    """The multi-layer network for ε: interval bounds, then N_l from `theory.multilayer.allocate_N`.
+
+    `variant="lean"` (carry b(z̃) instead of z) is not offered: every block after the first needs z
+    itself for its c^l(z), so z is carried through the whole network anyway. Passing N overrides
+    the allocation (tests use it to check that too small an N gets caught).
+    """
+    if variant not in VARIANTS:
+        raise ValueError(f"variant must be one of {', '.join(VARIANTS)}; got {variant!r}")
+    if variant != "theorem":
+        raise ValueError("the multilayer construction has no 'lean' variant: later blocks need z itself "
+                         "(for c^l(z)), so z is carried through every block; use variant='theorem'")
+    if constants not in CONSTANTS:
+        raise ValueError(f"constants must be one of {', '.join(CONSTANTS)}; got {constants!r}")
+    if not hasattr(teacher, "Ws"):
+        raise ValueError("build_multilayer needs a MultiLayerHyperteacher "
+                         "(see sample_multilayer_hyperteacher)")
+    bounds = theory.interval_bounds(teacher.Ws, teacher.bs, teacher.K, constants)
+    if N is None:
+        N = theory.allocate_N(bounds, teacher.A, eps)
+    return MultiLayerConstruction(teacher, N, constants=constants, bounds=bounds)

@@ -1,0 +1,115 @@
+"""Figure 8: hidden units against ε for every construction, at one M.
+
+(a) log-log hidden units of `shallow` (the theorem, O(1/√ε + M)), `optimal` (a range and
+a knot count per product), `deep` (sawtooth squares, O(log 1/ε)) and `exact` (gated
+units, zero error on the family's weight levels, flat in ε), each counted on the built
+object, with the memorization baseline (one copy of the teacher per task) for scale.
+(b) their depth (hidden layers): `deep` buys its size with depth.
+Every point is also measured, and the checks hold each construction to its own claim:
+certificate ≤ ε and measured ≤ certificate (exact: measured ≤ 1e-12 on its task set).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from constructions.hyperteacher import HyperteacherConfig, sample_hyperteacher
+from constructions.registry import CONSTRUCTIONS, build
+from paper_figures.common import COLOURS, MARKERS, FigureResult, new_figure, plot_series, save
+from theory.bounds import memorization_hidden_units
+from verify.bound import EXACT_TOL
+from verify.measure import measure_sup_error
+
+NAME = "fig8_constructions_vs_eps"
+LABELS = {"shallow": "shallow (the theorem, a-priori C)", "exact": "exact (zero error on the weight levels)",
+          "deep": "deep (sawtooth squares)", "optimal": "optimal (a range and N per product)"}
+DEEP_TARGET = 100  # issue 5: deep needs ≥ 100× fewer units than shallow at ε = 1e-6, M = 32
+
+
+@dataclass(frozen=True)
+class Config:
+    eps: tuple[float, ...] = (1e-1, 1e-2, 1e-3, 1e-4, 1e-5, 1e-6)
+    M: int = 32
+    K: int = 3
+    I: int = 16
+    H: int = 16
+    O: int = 16
+    weights: str = "discrete"  # a finite level set, so `exact` applies
+    seed: int = 0
+    measure: tuple = (("max_tasks", 1000), ("points_per_task", 8), ("refine_tasks", 8),
+                      ("refine_starts", 8), ("refine_steps", 30))
+
+
+QUICK = Config(eps=(1e-1, 1e-3), M=4, K=2, I=3, H=3, O=3,
+               measure=(("max_tasks", 50), ("points_per_task", 4), ("refine_tasks", 4),
+                        ("refine_starts", 4), ("refine_steps", 10)))
+
+
+def compute(cfg: Config) -> tuple[list[dict], dict]:
+    teacher = sample_hyperteacher(HyperteacherConfig(I=cfg.I, H=cfg.H, O=cfg.O, M=cfg.M, K=cfg.K,
+                                                     weights=cfg.weights, seed=cfg.seed))
+    rows, checks = [], {}
+    for name in CONSTRUCTIONS:
+        for eps in cfg.eps:
+            net = build(name, teacher, eps)
+            widths = net.counted_widths()
+            exact = net.task_set == "levels"
+            measured = measure_sup_error(net, teacher, seed=cfg.seed, progress=False, refine_z=not exact,
+                                         **dict(cfg.measure)).sup_error
+            cert, floor = net.certificate(), net.rounding_floor()
+            ok = measured <= EXACT_TOL if exact else (cert <= eps and measured <= cert + floor)
+            rows.append(dict(panel="a", series=name, x=eps, y=sum(widths), formula=net.hidden_units().total,
+                             depth=len(widths), certificate=cert, measured=measured, within=ok))
+            rows.append(dict(panel="b", series=f"{name} depth", x=eps, y=len(widths)))
+        units = [r for r in rows if r["series"] == name and r["panel"] == "a"]
+        checks[f"{name}: count = formula"] = all(r["y"] == r["formula"] for r in units)
+        checks[f"{name}: " + ("measured <= 1e-12" if name == "exact" else "certificate <= eps, measured "
+                              "<= certificate")] = all(r["within"] for r in units)
+    rows += [dict(panel="a", series="memorization", x=eps, y=memorization_hidden_units(cfg.M, cfg.K, cfg.H))
+             for eps in (max(cfg.eps), min(cfg.eps))]
+
+    units = {(r["series"], r["x"]): r["y"] for r in rows if r["panel"] == "a"}
+    smallest = min(cfg.eps)
+    deep_ratio = units["shallow", smallest] / units["deep", smallest]
+    checks["optimal <= shallow at every ε"] = all(units["optimal", e] <= units["shallow", e] for e in cfg.eps)
+    if smallest <= 1e-6 and cfg.M == 32:
+        target = f"deep >= {DEEP_TARGET}x fewer units than shallow at ε = {smallest:g}"
+        checks[target] = deep_ratio >= DEEP_TARGET
+    meta = dict(config=cfg, deep_over_shallow_at_smallest_eps=1 / deep_ratio,
+                shallow_over_deep_at_smallest_eps=deep_ratio, checks=checks)
+    return rows, meta
+
+
+def plot(rows: list[dict], meta: dict, cfg: Config):
+    fig, axes = new_figure(2, 1, figsize=(7.0, 7.0), sharex=True, gridspec_kw=dict(height_ratios=[3, 1.2]))
+    ax, bx = axes[:, 0]
+    for i, name in enumerate(CONSTRUCTIONS):
+        style = dict(color=COLOURS[i % len(COLOURS)], marker=MARKERS[i % len(MARKERS)], ms=6, lw=1.2)
+        plot_series(ax, rows, name, "a", label=LABELS[name], **style)
+        plot_series(bx, rows, f"{name} depth", "b", **style)
+    plot_series(ax, rows, "memorization", "a", color="0.4", ls=":", lw=1.2,
+                label="memorization baseline, H·Σ C(M,k)")
+    ax.set(xscale="log", yscale="log", ylabel="hidden units",
+           title=f"Hidden units vs ε by construction  (I={cfg.I}, H={cfg.H}, O={cfg.O}, M={cfg.M}, "
+                 f"K={cfg.K}, {cfg.weights} weights)")
+    ax.title.set_fontsize(10)
+    ax.invert_xaxis()  # smaller ε to the right: harder targets
+    ax.legend(loc="upper left", fontsize=8, framealpha=0.9)
+    ax.grid(True, which="major", alpha=0.3)
+    ratio = meta["shallow_over_deep_at_smallest_eps"]
+    ax.text(0.98, 0.13, f"at ε = {min(cfg.eps):g}: shallow / deep = {ratio:.0f}×",
+            transform=ax.transAxes, ha="right", va="bottom", fontsize=8,
+            bbox=dict(boxstyle="round", fc="white", ec="0.7"))
+    bx.set(xscale="log", xlabel="ε (target sup error)", ylabel="hidden layers")
+    bx.yaxis.get_major_locator().set_params(integer=True)
+    bx.grid(True, which="major", alpha=0.3)
+    return fig
+
+
+def make(out: Path, *, quick: bool = False, seed: int = 0) -> FigureResult:
+    cfg = replace(QUICK if quick else Config(), seed=seed)
+    rows, meta = compute(cfg)
+    result = FigureResult(NAME, plot(rows, meta, cfg), rows, meta, checks=meta.pop("checks"))
+    save(result, out)
+    return result
