@@ -75,20 +75,13 @@ class Hyperteacher:
 
     @property
     def weight_values(self) -> np.ndarray:
-        """The values an active module's weight can take ([0.5, 1] is a range for `continuous`)."""
-        return {"khot": np.array([1.0]), "discrete": DISCRETE_LEVELS}.get(
-            self.weights, np.array([0.5, 1.0])
-        )
+        return weight_values(self.weights)
 
     def n_supports(self) -> int:
         return n_supports(self.M, self.K)
 
     def encode(self, z):
-        """e(z): identity, or the fixed orthogonal map Q z (rows are tasks)."""
-        if self.Q is None:
-            return z
-        Q = torch.as_tensor(self.Q, dtype=z.dtype) if torch.is_tensor(z) else self.Q
-        return z @ Q.T
+        return encode(self.Q, z)
 
     def forward(self, z: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
         """g(x, z) for rows of z (B, M) and x (B, I); differentiable in both."""
@@ -113,6 +106,19 @@ class Hyperteacher:
         with np.load(path) as f:
             return cls(W=f["W"], b=f["b"], A=f["A"], K=int(f["K"]), weights=str(f["weights"]),
                        encoding=str(f["encoding"]), Q=f["Q"] if "Q" in f else None)
+
+
+def weight_values(weights: str) -> np.ndarray:
+    """The values an active module's weight can take ([0.5, 1] is a range for `continuous`)."""
+    return {"khot": np.array([1.0]), "discrete": DISCRETE_LEVELS}.get(weights, np.array([0.5, 1.0]))
+
+
+def encode(Q: np.ndarray | None, z):
+    """e(z): identity (Q None), or the fixed orthogonal map Q z (rows are tasks)."""
+    if Q is None:
+        return z
+    Q = torch.as_tensor(Q, dtype=z.dtype) if torch.is_tensor(z) else Q
+    return z @ Q.T
 
 
 def truncated_normal(rng: np.random.Generator, shape, fan_in: int) -> np.ndarray:

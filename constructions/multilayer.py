@@ -26,11 +26,12 @@ import torch
 from torch import nn
 
 from constructions.hyperteacher import (
-    DISCRETE_LEVELS,
     HyperteacherConfig,
+    encode,
     n_supports,
     sample_hyperteacher,
     truncated_normal,
+    weight_values,
 )
 from constructions.shallow import BYTES_PER_FLOAT64
 from theory import multilayer as theory
@@ -92,19 +93,13 @@ class MultiLayerHyperteacher:
 
     @property
     def weight_values(self) -> np.ndarray:
-        """The values an active module's weight can take ([0.5, 1] is a range for `continuous`)."""
-        return {"khot": np.array([1.0]), "discrete": DISCRETE_LEVELS}.get(
-            self.weights, np.array([0.5, 1.0]))
+        return weight_values(self.weights)
 
     def n_supports(self) -> int:
         return n_supports(self.M, self.K)
 
     def encode(self, z):
-        """e(z): identity, or the fixed orthogonal map Q z (rows are tasks)."""
-        if self.Q is None:
-            return z
-        Q = torch.as_tensor(self.Q, dtype=z.dtype) if torch.is_tensor(z) else self.Q
-        return z @ Q.T
+        return encode(self.Q, z)
 
     def activations(self, z: torch.Tensor, x: torch.Tensor) -> list[torch.Tensor]:
         """[h¹, ..., h^L] for rows of z (B, M) and x (B, I)."""
