@@ -64,6 +64,9 @@ def test_every_construction_passes_its_own_checks(capsys, argv):
     assert r["dense_vs_structured_max_abs"] <= 1e-10
     if r["construction"]["task_set"] == "levels":  # exact: zero error, and says where that ends
         assert r["measured"]["sup_error"] <= 1e-12 and r["off_task_set"]
+        levels = 6 if "discrete" in r["teacher"]["weights"] else 1
+        assert r["level_tasks"]["enumerated"] and r["level_tasks"]["n_tasks"] == 5 * levels + 10 * levels**2
+        assert r["level_tasks"]["max_error"] <= 1e-12
     else:
         assert r["measured"]["sup_error"] <= r["certificate"] <= r["eps"]
     code, out, _ = run_main(capsys, [*SMALL, *argv])

@@ -15,8 +15,6 @@ from constructions import HyperteacherConfig, sample_hyperteacher
 from constructions.exact import (
     build_exact,
     enumerate_level_tasks,
-    exact_task_errors,
-    off_task_set_errors,
     task_points,
 )
 from constructions.shallow import count_hidden_units
@@ -30,6 +28,7 @@ from theory.exact import (
     staircase_code,
     symbolic_checks,
 )
+from verify.exact_checks import exact_task_errors, off_task_set_errors
 from verify.measure import measure_sup_error
 
 DISCRETE = [0.5, 0.6, 0.7, 0.8, 0.9, 1.0]
