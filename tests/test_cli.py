@@ -139,3 +139,20 @@ def test_dense_flag_measures_the_nn_sequential(capsys):
     code, out, _ = run_main(capsys, [*SMALL, "--json", "--dense"])
     r = json.loads(out)
     assert code == 0 and r["measured"]["network"] == "dense nn.Sequential"
+
+
+@pytest.mark.parametrize("argv", [["--construction", "deep"], ["--layers", "2"]])
+def test_saved_deeper_networks_reload_from_the_reported_widths(capsys, tmp_path, argv):
+    """network.pt of any construction is a plain Linear/ReLU stack: the widths in report.json
+    rebuild it, and the reloaded network still meets the certificate."""
+    from constructions.multilayer import MultiLayerHyperteacher
+    from verify.train import mlp
+
+    code, _, _ = run_main(capsys, [*SMALL, *argv, "--save", str(tmp_path)])
+    report = json.loads((tmp_path / "report.json").read_text())
+    load = MultiLayerHyperteacher if "--layers" in argv else Hyperteacher
+    teacher = load.load_npz(tmp_path / "teacher.npz")
+    net = mlp(5 + 3, report["hidden_units"]["widths"], 2).double()
+    net.load_state_dict(torch.load(tmp_path / "network.pt"))
+    assert code == 0 and len(report["hidden_units"]["widths"]) > 2
+    assert measure_sup_error(net, teacher, refine_steps=30).sup_error <= report["certificate"]
