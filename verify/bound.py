@@ -2,7 +2,9 @@
 
 Samples a hyperteacher, builds the explicit network for ε, and checks the theorem's
 three claims: the certificate I·C·a/N² is ≤ ε, the measured sup error is ≤ the
-certificate, and the network's hidden-unit count equals the formula.
+certificate, and the network's hidden-unit count equals the formula. --construction picks
+another network (exact, deep, optimal) and --layers a multi-layer teacher; each is held
+to its own certificate and count formula the same way.
 Exit codes: 0 every check holds, 1 a bound is violated, 2 usage error.
 """
 
