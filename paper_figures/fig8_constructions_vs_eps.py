@@ -11,6 +11,7 @@ certificate ≤ ε and measured ≤ certificate (exact: measured ≤ 1e-12 on it
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -46,6 +47,22 @@ QUICK = Config(eps=(1e-1, 1e-3), M=4, K=2, I=3, H=3, O=3,
                         ("refine_starts", 4), ("refine_steps", 10)))
 
 
+def units_per_decade(units: dict, depth: dict, per_level: int) -> tuple[float | None, bool]:
+    """(units added per decade of 1/ε, whether that is deep's O(log 1/ε) rate).
+
+    One more tent level, per_level = 4·I·H + H more units, per factor 4 in 1/ε. Between two
+    ε where the level count m is not held up by its floor m ≥ 1 (depth > 2), m differs from
+    log₄ of the ε ratio by less than one (the ceiling), so the rate is within
+    per_level / decades of per_level·log₄10. None when fewer than two such ε exist.
+    """
+    free = [e for e in units if depth[e] > 2]
+    decades = math.log10(max(free) / min(free)) if free else 0.0
+    if decades == 0:
+        return None, True
+    rate = (units[min(free)] - units[max(free)]) / decades
+    return rate, abs(rate - per_level * math.log(10, 4)) <= per_level / decades
+
+
 def compute(cfg: Config) -> tuple[list[dict], dict]:
     teacher = sample_hyperteacher(HyperteacherConfig(I=cfg.I, H=cfg.H, O=cfg.O, M=cfg.M, K=cfg.K,
                                                      weights=cfg.weights, seed=cfg.seed))
@@ -76,8 +93,15 @@ def compute(cfg: Config) -> tuple[list[dict], dict]:
     if smallest <= 1e-6 and cfg.M == 32:
         target = f"deep >= {DEEP_TARGET}x fewer units than shallow at ε = {smallest:g}"
         checks[target] = deep_ratio >= DEEP_TARGET
+    per_level = 4 * cfg.I * cfg.H + cfg.H
+    deep = [r for r in rows if r["series"] == "deep" and r["panel"] == "a"]
+    deep_per_decade, ok = units_per_decade({r["x"]: r["y"] for r in deep}, {r["x"]: r["depth"] for r in deep},
+                                           per_level)
+    if deep_per_decade is not None:
+        checks["deep: units grow like log(1/ε), (4IH + H)·log₄10 per decade"] = ok
     meta = dict(config=cfg, deep_over_shallow_at_smallest_eps=1 / deep_ratio,
-                shallow_over_deep_at_smallest_eps=deep_ratio, checks=checks)
+                shallow_over_deep_at_smallest_eps=deep_ratio, deep_units_per_decade=deep_per_decade,
+                deep_units_per_decade_theory=per_level * math.log(10, 4), checks=checks)
     return rows, meta
 
 

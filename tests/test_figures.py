@@ -267,3 +267,21 @@ def test_figure_8_counts_every_construction_and_exact_is_flat_in_eps(made):
     depth = [r["y"] for r in sorted(select(rows, "deep depth", "b"), key=lambda r: -r["x"])]
     assert depth == sorted(depth) and depth[0] < depth[-1]
     assert all(o["y"] <= s["y"] for o, s in zip(units["optimal"], units["shallow"], strict=True))
+
+
+def test_figure_8_log_rate_check_accepts_deep_counts_and_rejects_a_sqrt_law():
+    from paper_figures.fig8_constructions_vs_eps import units_per_decade
+    from theory import deep
+
+    I = H = 16
+    eps = [10.0**-k for k in range(1, 9)]
+    C, a = 1.3, 5.8
+    levels = {e: deep.levels_for_eps(I, C, a, e) for e in eps}
+    depth = {e: m + 1 for e, m in levels.items()}
+    per_level = 4 * I * H + H
+    rate, ok = units_per_decade({e: deep.count(I, H, m) for e, m in levels.items()}, depth, per_level)
+    assert ok and rate > 0
+    sqrt_law = {e: round(per_level * (1 / e) ** 0.5) for e in eps}  # shallow-like growth
+    assert not units_per_decade(sqrt_law, depth, per_level)[1]
+    half_rate = {e: deep.count(I, H, max(1, m // 2)) for e, m in levels.items()}
+    assert not units_per_decade(half_rate, depth, per_level)[1]
