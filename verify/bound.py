@@ -244,9 +244,10 @@ def verify_point(cfg: HyperteacherConfig, eps: float, variant: str = "theorem",
     cert = net.certificate()
     exact = net.task_set == "levels"
     if not exact and cert <= 10 * floor:
+        hint = " (or --constants instance, or fewer --layers)" if layers > 1 else ""
         raise UsageError(f"ε={eps:g} is below what float64 can verify here: the worst-case "
-                         f"rounding error {floor:.1e} exceeds a tenth of the certificate "
-                         f"{cert:.1e}; use a larger --eps")
+                         f"rounding error {floor:.1e} of this {units.total:,}-unit network exceeds a "
+                         f"tenth of the certificate {cert:.1e}; use a larger --eps{hint}")
     if build_dense is None:
         build_dense = net.dense_bytes() <= DENSE_CHECK_BYTES
     elif build_dense:
@@ -394,7 +395,7 @@ def _generic_lines(r: dict) -> list[str]:
 
 def _error_stats(s: dict) -> str:
     return (f"max error {s['max_error']:.2e} (teacher max |g| {s['teacher_max']:.2f}), "
-            f"{100 * s['fraction_above_1e_12']:.2g}% of points off by > 1e-12")
+            f"{100 * s['fraction_above_1e_12']:.3g}% of points off by > 1e-12")
 
 
 def _off_task_set_lines(off: dict | None) -> list[str]:
