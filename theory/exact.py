@@ -48,7 +48,6 @@ from fractions import Fraction
 from functools import lru_cache
 
 import numpy as np
-import sympy as sp
 
 # ─── Level codes and gates (exact rational arithmetic) ──────────────────────────────────
 
@@ -445,6 +444,8 @@ def rounding_floor(*, U, c, Rm, d_prime, lo, span, code: LevelCode, A, W, b, K, 
 
 def symbolic_checks() -> dict[str, bool]:
     """The identities the construction rests on, checked by sympy / exact rationals."""
+    import sympy as sp  # only here: the CLI never needs it, and it costs a quarter second to import
+
     q, lo = sp.symbols("q lo", real=True)
     span = sp.Symbol("span", positive=True)
     t = sp.Symbol("t", nonnegative=True)  # q = lo + t·span with t ∈ [0, 1]
