@@ -68,6 +68,8 @@ from theory.exact import (
     rounding_floor,
 )
 
+CHUNK_ELEMENTS = 2**20  # 8 MiB of float64 per tensor in forward(): small chunks stay in cache
+
 
 def _t(arr) -> torch.Tensor:
     return torch.as_tensor(np.array(arr, dtype=np.float64))
@@ -187,21 +189,39 @@ class ExactConstruction(nn.Module):
         return e if self.Q is None else e @ self.Q
 
     def forward(self, inputs: torch.Tensor) -> torch.Tensor:
+        # Every row holds M·R·n gated pre-activations (65,536 at M = 1024): rows go through
+        # in chunks so that one chunk's are at most CHUNK_ELEMENTS, whatever the batch.
+        # (The sparse path needs only the M·(n + knots) gate values per row; the full path
+        # sub-chunks itself.)
+        per_row = self.U.shape[0] * (self.omega.numel() + self.knots.numel() + 1)
+        rows = max(1, CHUNK_ELEMENTS // per_row)
+        if len(inputs) <= rows:
+            return self._forward(inputs)
+        return torch.cat([self._forward(chunk) for chunk in inputs.split(rows)])
+
+    def _forward(self, inputs: torch.Tensor) -> torch.Tensor:
         M, I, R = self.U.shape
         z = self.decode(inputs[:, :M])
         x = inputs[:, M:]
-        U = self.U.permute(1, 0, 2).reshape(I, M * R)
         if self.layers == 3:
             zc = torch.relu(z)  # layer 1: z carry, knot units, x carry
             kn = torch.relu(self.knots - z[:, :, None])
             G = self.alpha + self.beta * zc[:, :, None] + kn @ self.gamma.T  # (B, M, n)
-            q = ((torch.relu(x + self.radius) - self.radius) @ U).view(-1, M, R) + self.c
+            x_in = torch.relu(x + self.radius) - self.radius
         else:
             zc = z  # affine gates read z from the input
             G = self.alpha + self.beta * z[:, :, None]
-            q = (x @ U).view(-1, M, R) + self.c
-        pre = (q - self.lo)[..., None] - self.span[..., None] * G[:, :, None, :]  # (B, M, R, n)
-        products = torch.relu(pre) @ self.omega  # Σ_j ω_j·unit = z_m·(q − lo) on the task set
+            x_in = x
+        live = self._live_modules(G, x)
+        if live is None:  # every module of every row, in chunks of CHUNK_ELEMENTS units
+            rows = max(1, CHUNK_ELEMENTS // (M * R * self.omega.numel()))
+            gated = torch.cat([self._gated_all(xc, Gc) for xc, Gc in zip(x_in.split(rows), G.split(rows),
+                                                                          strict=True)])
+        else:  # only the modules that can be on; the others' units are exactly 0
+            q = torch.einsum("bi,bkir->bkr", x_in, self.U[live]) + self.c[live]
+            pre = (q - self.lo[live])[..., None] - self.span[live][..., None] * G.gather(
+                1, live[..., None].expand(-1, -1, G.shape[2]))[:, :, None, :]  # (B, k, R, n)
+            gated = torch.einsum("bkr,bkrh->bh", torch.relu(pre) @ self.omega, self.Rm[live])
         root_K = math.sqrt(self.K)
         if self.variant == "theorem":
             if self.layers == 2:
@@ -213,8 +233,32 @@ class ExactConstruction(nn.Module):
             offset = carry @ self.d_prime / root_K
         else:
             offset = torch.relu(zc @ self.d_prime / root_K + self.D) - self.D
-        p = torch.einsum("bmr,mrh->bh", products, self.Rm) / root_K + offset
+        p = gated / root_K + offset
         return torch.relu(p) @ self.A
+
+    def _gated_all(self, x_in: torch.Tensor, G: torch.Tensor) -> torch.Tensor:
+        M, I, R = self.U.shape
+        q = (x_in @ self.U.permute(1, 0, 2).reshape(I, M * R)).view(-1, M, R) + self.c
+        pre = (q - self.lo)[..., None] - self.span[..., None] * G[:, :, None, :]  # (B, M, R, n)
+        products = torch.relu(pre) @ self.omega  # Σ_j ω_j·unit = z_m·(q − lo) on the task set
+        return torch.einsum("bmr,mrh->bh", products, self.Rm)
+
+    def _live_modules(self, G: torch.Tensor, x: torch.Tensor) -> torch.Tensor | None:
+        """(B, k) module indices that include every module whose gated units can be nonzero,
+        or None when that is most of them. A module whose gates are all ≥ ¾ (κ·gate ≥ ¾κ)
+        on a row whose x lies in [−ρ, ρ]^I, so that q ∈ [lo, hi], has every pre-activation
+        ≤ span − 1.5·span < 0: its units are 0 exactly (the margin dwarfs rounding), and
+        leaving them out changes only the order of a sum of exact zeros. On the task set
+        that is every inactive module, so a row costs K modules instead of M. Rows with
+        fewer live modules are padded with dead ones, which contribute 0 the same way."""
+        if not len(G):
+            return None
+        in_box = x.detach().abs().amax(dim=1) <= self.radius
+        live = (G.detach().amin(dim=2) < 0.75 * GATE_MARGIN) | ~in_box[:, None]
+        k = int(live.sum(dim=1).max())
+        if 2 * k > G.shape[1]:
+            return None
+        return torch.topk(live.to(torch.int8), max(k, 1), dim=1).indices
 
     # ─── the dense network ─────────────────────────────────────────────────────────────
     def to_sequential(self, dtype: torch.dtype = torch.float64) -> nn.Sequential:

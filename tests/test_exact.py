@@ -244,3 +244,27 @@ def test_exactness_stops_between_levels_and_off_the_box(weights):
     assert off[f"{1.5 * r:.4g}"]["max_error"] > 1e-3
     # More than K active modules stay exact with the z carry: the construction never used K.
     assert report["supports_above_K"]["max_error"] <= EXACT_TOL
+
+
+@pytest.mark.parametrize("weights", ["khot", "discrete"])
+@pytest.mark.parametrize("encoding", ["identity", "orthogonal"])
+def test_skipping_dead_modules_computes_the_same_function(weights, encoding, monkeypatch):
+    """The structured evaluator leaves out modules whose gated units are provably 0; forcing
+    every module through must give the same outputs, on the task set and off it."""
+    teacher = sample_hyperteacher(HyperteacherConfig(I=4, H=3, O=2, M=12, K=2, weights=weights,
+                                                     encoding=encoding, seed=5))
+    net = build_exact(teacher)
+    rng = np.random.default_rng(0)
+    z = enumerate_level_tasks(12, 2, teacher.weight_values, 400, rng)
+    on = torch.cat([teacher.encode(torch.as_tensor(z)), torch.as_tensor(rng.uniform(-1, 1, (len(z), 4)))], 1)
+    inputs = torch.cat([on, inputs_on_and_off(teacher, 400, 1)])
+    full_calls = []
+    real_full = type(net)._gated_all
+    monkeypatch.setattr(type(net), "_gated_all", lambda self, *a: full_calls.append(1) or real_full(self, *a))
+    with torch.no_grad():
+        net(on)
+        assert not full_calls  # on the task set every row takes the sparse path
+        sparse = net(inputs)
+        monkeypatch.setattr(type(net), "_live_modules", lambda self, G, x: None)
+        full = net(inputs)
+    torch.testing.assert_close(sparse, full, rtol=0, atol=1e-12)
