@@ -1,6 +1,8 @@
 """Teachers and the networks built from them."""
 
+from constructions.deep import DeepConstruction, build_deep
 from constructions.encodings import ENCODING_NAMES, LINEAR_ENCODINGS, TaskEncoder, make_encoder
+from constructions.exact import ExactConstruction, build_exact
 from constructions.hyperteacher import (
     ENCODINGS,
     WEIGHTS,
@@ -15,6 +17,9 @@ from constructions.hyperteacher import (
     support_weights,
 )
 from constructions.memorize import build_memorizer
+from constructions.multilayer import MultiLayerConstruction, MultiLayerHyperteacher, build_multilayer
+from constructions.optimal import OptimalConstruction, build_optimal
+from constructions.registry import CONSTRUCTIONS, build
 from constructions.shallow import ShallowConstruction, build_construction
 from constructions.splits import SPLITS, TaskSplit, make_split
 
@@ -24,4 +29,7 @@ __all__ = [
     "sample_hyperteacher", "sample_inputs", "sample_supports", "support_weights",
     "ENCODING_NAMES", "LINEAR_ENCODINGS", "TaskEncoder", "make_encoder",
     "SPLITS", "TaskSplit", "make_split",
+    "CONSTRUCTIONS", "build", "DeepConstruction", "build_deep", "ExactConstruction", "build_exact",
+    "MultiLayerConstruction", "MultiLayerHyperteacher", "build_multilayer", "OptimalConstruction",
+    "build_optimal",
 ]
