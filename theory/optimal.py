@@ -41,6 +41,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.optimize import minimize
 
+from theory import bounds
 from theory.bounds import VARIANTS
 
 UNIT_ROUNDOFF = 2.0**-53
@@ -222,21 +223,9 @@ def trim(r: np.ndarray, N: np.ndarray, A: np.ndarray, eps: float) -> tuple[np.nd
             blocked[i, h] = True
 
 
-@dataclass(frozen=True)
-class HiddenUnits:
-    """Hidden-unit count of the instance-optimal construction, split by term."""
-
-    squares: int  # Σ_ih 2·N_ih: N_ih ReLUs for each of ŝ(u_ih) and ŝ(v_ih)
-    carry: int  # M (theorem: carries z) or H (lean: carries b(z̃) ≥ 0)
-    teacher: int  # H: the teacher's own hidden layer
-
-    @property
-    def total(self) -> int:
-        return self.squares + self.carry + self.teacher
-
-    @property
-    def widths(self) -> tuple[int, int]:
-        return (self.squares + self.carry, self.teacher)
+class HiddenUnits(bounds.HiddenUnits):
+    """The shallow count with Σ_ih 2·N_ih squares (N_ih ReLUs for each of ŝ(u_ih), ŝ(v_ih))
+    in place of 2·I·H·N; carry and teacher units as in the theorem's network."""
 
     @property
     def terms(self) -> dict[str, int]:
