@@ -131,5 +131,12 @@ def save(result: FigureResult, out: Path) -> list[Path]:
     return files
 
 
+def finish(name: str, figure: Figure, rows: list[dict], meta: dict, out: Path) -> FigureResult:
+    """A figure's record, its checks taken out of `meta`, written to `out` (see `save`)."""
+    result = FigureResult(name, figure, rows, meta, checks=meta.pop("checks"))
+    save(result, out)
+    return result
+
+
 def log_grid(lo: float, hi: float, n: int = 60) -> np.ndarray:
     return np.geomspace(lo, hi, n)

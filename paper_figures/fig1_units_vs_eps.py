@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from paper_figures import sweep_data
-from paper_figures.common import COLOURS, MARKERS, FigureResult, log_grid, new_figure, plot_series, save
+from paper_figures.common import COLOURS, MARKERS, FigureResult, finish, log_grid, new_figure, plot_series
 from verify.sweep import fit_scaling
 
 NAME = "fig1_units_vs_eps"
@@ -114,6 +114,4 @@ def plot(rows: list[dict], meta: dict, sc):
 def make(out: Path, *, quick: bool = False, seed: int = 0) -> FigureResult:
     p = sweep_data.plan(quick, seed)
     rows, meta = compute(p)
-    result = FigureResult(NAME, plot(rows, meta, p.sweep), rows, meta, checks=meta.pop("checks"))
-    save(result, out)
-    return result
+    return finish(NAME, plot(rows, meta, p.sweep), rows, meta, out)

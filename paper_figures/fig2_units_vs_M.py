@@ -15,7 +15,7 @@ from pathlib import Path
 from constructions.hyperteacher import HyperteacherConfig, sample_hyperteacher
 from constructions.memorize import build_memorizer
 from constructions.shallow import build_construction, count_hidden_units
-from paper_figures.common import COLOURS, FigureResult, new_figure, plot_series, save
+from paper_figures.common import COLOURS, FigureResult, finish, new_figure, plot_series
 from theory.bounds import VARIANTS, hidden_units, memorization_hidden_units, n_tasks
 from verify.sweep import fit_slope
 
@@ -135,7 +135,5 @@ def config(quick: bool, seed: int) -> Config:
 def make(out: Path, *, quick: bool = False, seed: int = 0) -> FigureResult:
     cfg = config(quick, seed)
     rows, meta = compute(cfg)
-    result = FigureResult(NAME, plot(rows, meta, cfg), rows, meta, checks=meta.pop("checks"))
-    save(result, out)
-    return result
+    return finish(NAME, plot(rows, meta, cfg), rows, meta, out)
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from paper_figures import sweep_data
-from paper_figures.common import COLOURS, MARKERS, FigureResult, new_figure, plot_series, save
+from paper_figures.common import COLOURS, MARKERS, FigureResult, finish, new_figure, plot_series
 from verify.sweep import fit_scaling
 
 NAME = "fig3_error_vs_eps"
@@ -81,6 +81,4 @@ def plot(rows: list[dict], meta: dict, sc):
 def make(out: Path, *, quick: bool = False, seed: int = 0) -> FigureResult:
     p = sweep_data.plan(quick, seed)
     rows, meta = compute(p)
-    result = FigureResult(NAME, plot(rows, meta, p.sweep), rows, meta, checks=meta.pop("checks"))
-    save(result, out)
-    return result
+    return finish(NAME, plot(rows, meta, p.sweep), rows, meta, out)

@@ -20,7 +20,7 @@ import torch
 
 from constructions.hyperteacher import HyperteacherConfig, sample_hyperteacher
 from constructions.shallow import build_construction
-from paper_figures.common import FigureResult, new_figure, plot_series, save, select
+from paper_figures.common import FigureResult, finish, new_figure, plot_series, select
 from verify.measure import measure_sup_error
 
 NAME = "fig4_where_error_lives"
@@ -149,6 +149,4 @@ def config(quick: bool, seed: int) -> Config:
 def make(out: Path, *, quick: bool = False, seed: int = 0) -> FigureResult:
     cfg = config(quick, seed)
     rows, meta = compute(cfg)
-    result = FigureResult(NAME, plot(rows, meta, cfg), rows, meta, checks=meta.pop("checks"))
-    save(result, out)
-    return result
+    return finish(NAME, plot(rows, meta, cfg), rows, meta, out)

@@ -16,7 +16,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from paper_figures import sgd_data
-from paper_figures.common import COLOURS, MARKERS, FigureResult, new_figure, plot_series, save
+from paper_figures.common import COLOURS, MARKERS, FigureResult, finish, new_figure, plot_series
 
 NAME = "fig5_sgd_error_vs_size"
 SIDES = (("train", "training tasks"), ("held_out", "held-out tasks"))
@@ -107,6 +107,4 @@ def plot(rows: list[dict], meta: dict, p: sgd_data.SgdPlan):
 def make(out: Path, *, quick: bool = False, seed: int = 0) -> FigureResult:
     p = sgd_data.plan(quick, seed)
     rows, meta = compute(p)
-    result = FigureResult(NAME, plot(rows, meta, p), rows, meta, checks=meta.pop("checks"))
-    save(result, out)
-    return result
+    return finish(NAME, plot(rows, meta, p), rows, meta, out)

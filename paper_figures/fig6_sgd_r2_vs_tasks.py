@@ -17,7 +17,7 @@ import math
 from pathlib import Path
 
 from paper_figures import sgd_data
-from paper_figures.common import COLOURS, MARKERS, FigureResult, new_figure, plot_series, save
+from paper_figures.common import COLOURS, MARKERS, FigureResult, finish, new_figure, plot_series
 
 NAME = "fig6_sgd_r2_vs_tasks"
 SIDES = (("train", "training tasks"), ("held_out", "held-out tasks"))
@@ -120,6 +120,4 @@ def plot(rows: list[dict], meta: dict, p: sgd_data.SgdPlan):
 def make(out: Path, *, quick: bool = False, seed: int = 0) -> FigureResult:
     p = sgd_data.plan(quick, seed)
     rows, meta = compute(p)
-    result = FigureResult(NAME, plot(rows, meta, p), rows, meta, checks=meta.pop("checks"))
-    save(result, out)
-    return result
+    return finish(NAME, plot(rows, meta, p), rows, meta, out)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from constructions.hyperteacher import HyperteacherConfig, sample_hyperteacher
 from constructions.registry import CONSTRUCTIONS, build
-from paper_figures.common import COLOURS, MARKERS, FigureResult, new_figure, plot_series, save
+from paper_figures.common import COLOURS, MARKERS, FigureResult, finish, new_figure, plot_series
 from theory.bounds import memorization_hidden_units
 from verify.bound import EXACT_TOL
 from verify.measure import measure_sup_error
@@ -134,6 +134,4 @@ def plot(rows: list[dict], meta: dict, cfg: Config):
 def make(out: Path, *, quick: bool = False, seed: int = 0) -> FigureResult:
     cfg = replace(QUICK if quick else Config(), seed=seed)
     rows, meta = compute(cfg)
-    result = FigureResult(NAME, plot(rows, meta, cfg), rows, meta, checks=meta.pop("checks"))
-    save(result, out)
-    return result
+    return finish(NAME, plot(rows, meta, cfg), rows, meta, out)

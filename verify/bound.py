@@ -20,14 +20,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from constructions.exact import enumerate_level_tasks
 from constructions.hyperteacher import ENCODINGS, WEIGHTS, HyperteacherConfig, sample_hyperteacher
 from constructions.multilayer import sample_multilayer_hyperteacher
 from constructions.registry import CONSTRUCTIONS, build, default_constants
 from constructions.shallow import BYTES_PER_FLOAT64, ShallowConstruction, count_hidden_units
 from theory.bounds import CONSTANTS, VARIANTS, apriori_C_W, hidden_units
-from theory.exact import n_level_tasks
-from verify.exact_checks import exact_task_errors, off_task_set_errors
+from verify.exact_checks import every_level_task, off_task_set_errors
 from verify.measure import measure_sup_error
 
 GIB = 2**30
@@ -134,12 +132,6 @@ def parse_args(argv):
         raise UsageError(f"--K must be at most --M (got K={args.K}, M={args.M})")
     if args.layers > MAX_LAYERS:
         raise UsageError(f"--layers must be at most {MAX_LAYERS}, got {args.layers}")
-    if args.layers > 1 and args.construction != "shallow":
-        raise UsageError(f"multi-layer teachers are built with shallow blocks only; "
-                         f"--construction {args.construction} needs --layers 1")
-    if args.construction == "exact" and args.weights == "continuous":
-        raise UsageError("--construction exact needs a finite weight set (--weights khot or discrete): "
-                         "with continuous weights z falls between the levels its gates are built for")
     if args.refine_steps < 0:
         raise UsageError(f"--refine-steps must be ≥ 0, got {args.refine_steps}")
     return args
@@ -193,20 +185,6 @@ def dense_agreement(net: ShallowConstruction, dense: torch.nn.Module, teacher, s
     inputs = torch.cat([teacher.encode(torch.as_tensor(z)), torch.as_tensor(x)], dim=1)
     with torch.no_grad():
         return float((net(inputs) - dense(inputs)).abs().max())
-
-
-def every_level_task(net, f, teacher, measure: dict, seed: int) -> dict:
-    """The exact construction's error on every task of the finite family (supports × weight
-    levels), or on a sample of max_tasks of them: the random stage of the measurer draws one
-    level assignment per support only."""
-    start = time.perf_counter()
-    rng = np.random.default_rng(seed + 3)
-    max_tasks = measure.get("max_tasks", 20_000)
-    total = n_level_tasks(net.M, net.K, len(teacher.weight_values))
-    z = enumerate_level_tasks(net.M, net.K, teacher.weight_values, max_tasks, rng)
-    errors = exact_task_errors(net, teacher, z, measure.get("points_per_task", 16), rng, f=f)
-    return dict(max_error=float(errors.max()), n_tasks=len(z), of=total, enumerated=len(z) == total,
-                seconds=time.perf_counter() - start)
 
 
 def sample_teacher(cfg: HyperteacherConfig, layers: int = 1):

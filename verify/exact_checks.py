@@ -5,11 +5,14 @@ the input points they draw are in constructions/exact.py."""
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import torch
 
 from constructions.exact import ExactConstruction, enumerate_level_tasks, task_points
 from constructions.hyperteacher import Hyperteacher, dense_latents, sample_inputs, support_weights
+from theory.exact import n_level_tasks
 from verify.measure import measure_sup_error, pointwise_error
 
 
@@ -88,3 +91,17 @@ def off_task_set_errors(net: ExactConstruction, teacher: Hyperteacher, rng: np.r
         z = np.repeat(big, points, axis=0)
         out["supports_above_K"] = scored(z, task_points(net, big, points, rng))
     return out
+
+
+def every_level_task(net, f, teacher, measure: dict, seed: int) -> dict:
+    """The exact construction's error on every task of the finite family (supports × weight
+    levels), or on a sample of max_tasks of them: the random stage of the measurer draws one
+    level assignment per support only."""
+    start = time.perf_counter()
+    rng = np.random.default_rng(seed + 3)
+    max_tasks = measure.get("max_tasks", 20_000)
+    total = n_level_tasks(net.M, net.K, len(teacher.weight_values))
+    z = enumerate_level_tasks(net.M, net.K, teacher.weight_values, max_tasks, rng)
+    errors = exact_task_errors(net, teacher, z, measure.get("points_per_task", 16), rng, f=f)
+    return dict(max_error=float(errors.max()), n_tasks=len(z), of=total, enumerated=len(z) == total,
+                seconds=time.perf_counter() - start)
