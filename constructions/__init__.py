@@ -1,35 +1,39 @@
-"""Teachers and the networks built from them."""
+"""Teachers and the networks built from them.
 
-from constructions.deep import DeepConstruction, build_deep
-from constructions.encodings import ENCODING_NAMES, LINEAR_ENCODINGS, TaskEncoder, make_encoder
-from constructions.exact import ExactConstruction, build_exact
-from constructions.hyperteacher import (
-    ENCODINGS,
-    WEIGHTS,
-    Hyperteacher,
-    HyperteacherConfig,
-    dense_latents,
-    enumerate_supports,
-    n_supports,
-    sample_hyperteacher,
-    sample_inputs,
-    sample_supports,
-    support_weights,
-)
-from constructions.memorize import build_memorizer
-from constructions.multilayer import MultiLayerConstruction, MultiLayerHyperteacher, build_multilayer
-from constructions.optimal import OptimalConstruction, build_optimal
-from constructions.registry import CONSTRUCTIONS, build
-from constructions.shallow import ShallowConstruction, build_construction
-from constructions.splits import SPLITS, TaskSplit, make_split
+The names below are loaded on first use (PEP 562), so `import constructions.names` (what
+the CLIs read before their arguments are parsed) does not import torch.
+"""
 
-__all__ = [
-    "ENCODINGS", "WEIGHTS", "Hyperteacher", "HyperteacherConfig", "ShallowConstruction",
-    "build_construction", "build_memorizer", "dense_latents", "enumerate_supports", "n_supports",
-    "sample_hyperteacher", "sample_inputs", "sample_supports", "support_weights",
-    "ENCODING_NAMES", "LINEAR_ENCODINGS", "TaskEncoder", "make_encoder",
-    "SPLITS", "TaskSplit", "make_split",
-    "CONSTRUCTIONS", "build", "DeepConstruction", "build_deep", "ExactConstruction", "build_exact",
-    "MultiLayerConstruction", "MultiLayerHyperteacher", "build_multilayer", "OptimalConstruction",
-    "build_optimal",
-]
+from importlib import import_module
+
+_WHERE = {
+    "DeepConstruction": "deep", "build_deep": "deep",
+    "ENCODING_NAMES": "names", "LINEAR_ENCODINGS": "names", "ENCODINGS": "names", "WEIGHTS": "names",
+    "SPLITS": "names", "CONSTRUCTIONS": "names",
+    "TaskEncoder": "encodings", "make_encoder": "encodings",
+    "ExactConstruction": "exact", "build_exact": "exact",
+    "Hyperteacher": "hyperteacher", "HyperteacherConfig": "hyperteacher",
+    "dense_latents": "hyperteacher", "enumerate_supports": "hyperteacher", "n_supports": "hyperteacher",
+    "sample_hyperteacher": "hyperteacher", "sample_inputs": "hyperteacher",
+    "sample_supports": "hyperteacher", "support_weights": "hyperteacher",
+    "build_memorizer": "memorize",
+    "MultiLayerConstruction": "multilayer", "MultiLayerHyperteacher": "multilayer",
+    "build_multilayer": "multilayer",
+    "OptimalConstruction": "optimal", "build_optimal": "optimal",
+    "build": "registry",
+    "ShallowConstruction": "shallow", "build_construction": "shallow",
+    "TaskSplit": "splits", "make_split": "splits",
+}
+__all__ = sorted(_WHERE)
+
+
+def __getattr__(name: str):
+    if name not in _WHERE:
+        raise AttributeError(f"module 'constructions' has no attribute {name!r}")
+    value = getattr(import_module(f"constructions.{_WHERE[name]}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return __all__

@@ -20,9 +20,8 @@ import numpy as np
 import torch
 
 from constructions.hyperteacher import Hyperteacher
+from constructions.names import ENCODING_NAMES, LINEAR_ENCODINGS  # noqa: F401  (re-exported)
 
-ENCODING_NAMES = ("identity", "orthogonal", "interval_shuffle", "invertible_nn", "tokens", "fewshot")
-LINEAR_ENCODINGS = ("identity", "orthogonal")
 TOKEN_PAD_INDEX = -1.0  # no module has index −1, so a pad pair cannot be read as a task
 TOKEN_PAD_WEIGHT = 0.0  # the weight of an inactive module, as in z itself
 

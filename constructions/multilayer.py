@@ -189,14 +189,13 @@ class MultiLayerConstruction(nn.Module):
             self.register_buffer(f"centre{l}", t(lb.centre))
             self.register_buffer(f"RC{l}", t(lb.R[:, None] * lb.C))
             self.register_buffer(f"b_tilde{l}", t(lb.b_centred / root_K))
-            self.register_buffer(f"knots{l}", t(square_relu_coefficients(self.N[l])[0]))
             if l < self.L - 1:
                 self.register_buffer(f"U{l}", t(lb.U))
         self.register_buffer("A", t(teacher.A))
         self.register_buffer("Q", t(teacher.Q) if teacher.Q is not None else None)
 
     def _block(self, l: int) -> dict[str, torch.Tensor]:
-        names = ("W_over_C", "x_scale", "centre", "RC", "b_tilde", "knots")
+        names = ("W_over_C", "x_scale", "centre", "RC", "b_tilde")
         names += ("U",) if l < self.L - 1 else ()
         return {name: getattr(self, f"{name}{l}") for name in names}
 
@@ -248,13 +247,13 @@ class MultiLayerConstruction(nn.Module):
         return theory.count_formula()
 
     def counted_widths(self) -> list[int]:
-        """Widths read off the buffers: per block 2·(#products)·(#knots) + carry (rows of W_over_C),
+        """Widths read off the buffers: per block 2·(#products)·N_l + carry (rows of W_over_C),
         then H ReLU + H clamp (len U) + carry, or H (columns of A) for the last block."""
         out = []
         for l in range(self.L):
             p = self._block(l)
             M = p["W_over_C"].shape[0]
-            out.append(2 * p["W_over_C"].shape[1] * p["knots"].numel() + M)
+            out.append(2 * p["W_over_C"].shape[1] * self.N[l] + M)
             out.append(2 * p["U"].numel() + M if "U" in p else self.A.shape[0])
         return out
 

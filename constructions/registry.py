@@ -14,19 +14,13 @@ from __future__ import annotations
 from constructions.deep import build_deep
 from constructions.exact import build_exact
 from constructions.multilayer import build_multilayer
+from constructions.names import CONSTRUCTIONS, DEFAULT_CONSTANTS, default_constants  # noqa: F401
 from constructions.optimal import build_optimal
 from constructions.shallow import build_construction
 
 BUILDERS = {"shallow": build_construction, "exact": build_exact, "deep": build_deep,
             "optimal": build_optimal}
-CONSTRUCTIONS = tuple(BUILDERS)
-# `optimal` is about each product's own exact range; the others default to the a-priori
-# bound, which holds for every draw of the teacher.
-DEFAULT_CONSTANTS = {"optimal": "instance"}
-
-
-def default_constants(name: str) -> str:
-    return DEFAULT_CONSTANTS.get(name, "apriori")
+assert tuple(BUILDERS) == CONSTRUCTIONS, "constructions/names.py lists the registered builders"
 
 
 def build(name: str, teacher, eps: float, variant: str = "theorem", constants: str | None = None):

@@ -1,7 +1,7 @@
 """The theorem's explicit ReLU MLP (spec §3), in structured and in dense form.
 
 `ShallowConstruction` holds the network's parameters in factored form: the teacher-side
-affine map z ↦ c_ih(z)/C, the knots of the square interpolant, and the carry of the
+affine map z ↦ c_ih(z)/C, the number N of knots of the square interpolant, and the carry of the
 bias. Its forward pass computes exactly the function of the dense MLP
 Linear → ReLU → Linear → ReLU → Linear of widths (2IHN + carry, H, O), but costs
 O(I·H) per input instead of O(I·H·N), and never stores the (2IHN + carry) × (M + I)
@@ -63,9 +63,8 @@ class ShallowConstruction(nn.Module):
         self.register_buffer("b_tilde", t(teacher.b / root_K))  # b(z̃) = z @ b_tilde
         self.register_buffer("A", t(teacher.A))
         self.register_buffer("Q", t(teacher.Q) if teacher.Q is not None else None)
-        # The square block's knots t_k: forward() uses the closed-form chord instead of the
-        # ReLU sum, but the network's first layer is defined by these N breakpoints.
-        self.register_buffer("knots", t(square_relu_coefficients(self.N)[0]))
+        # No buffer of the N knots: forward() uses the closed-form chord, so the structured
+        # evaluator's memory does not grow with N (1/√ε); to_sequential() writes them.
 
     @property
     def input_dim(self) -> int:
@@ -109,11 +108,11 @@ class ShallowConstruction(nn.Module):
 
     def counted_widths(self) -> list[int]:
         """Hidden widths read off this object's parameters (not from the formula): two
-        ReLU blocks of len(knots) units per (i, h) column of the teacher map, the carry
-        (one unit per z_m, or per b_h), and the H units of the teacher's layer."""
+        ReLU blocks of N units per (i, h) column of the teacher map, the carry (one unit
+        per z_m, or per b_h), and the H units of the teacher's layer."""
         n_products = self.W_over_C.shape[1]
         carry = self.W_over_C.shape[0] if self.variant == "theorem" else self.b_tilde.shape[1]
-        return [2 * n_products * self.knots.numel() + carry, self.A.shape[0]]
+        return [2 * n_products * self.N + carry, self.A.shape[0]]
 
     def dense_bytes(self) -> int:
         """Memory the parameters of `to_sequential()` take."""

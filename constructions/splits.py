@@ -38,8 +38,7 @@ from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import connected_components
 
 from constructions.hyperteacher import enumerate_supports
-
-SPLITS = ("random", "missing-module", "rare-modules", "popular-modules")
+from constructions.names import SPLITS  # noqa: F401  (re-exported)
 
 
 @dataclass(frozen=True, eq=False)  # eq=False: field-wise == on arrays has no truth value

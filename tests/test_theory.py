@@ -74,6 +74,23 @@ def test_N_is_the_smallest_that_certifies(I, C, a, log_eps):
     assert N == 1 or bounds.certificate(I, C, a, N - 1) > eps
 
 
+@given(I=st.integers(1, 64), C=st.floats(1e-3, 1e3), a=st.floats(1e-3, 1e3), log_eps=st.floats(-330, -12))
+def test_N_search_is_bounded_for_any_tiny_eps(I, C, a, log_eps):
+    """Down to subnormal ε: either the minimal N (≤ MAX_KNOTS), or a ValueError that says
+    why; never an endless search (the old loop never ended at ε = 1e-300)."""
+    eps = 10.0**log_eps
+    if eps == 0.0:
+        return
+    try:
+        N = bounds.N_for_eps(I, C, a, eps)
+    except ValueError as e:
+        assert "2^40" in str(e) and math.sqrt(I * C * a / eps) > bounds.MAX_KNOTS
+        return
+    assert N <= bounds.MAX_KNOTS + 1
+    assert bounds.certificate(I, C, a, N) <= eps
+    assert N == 1 or bounds.certificate(I, C, a, N - 1) > eps
+
+
 @pytest.mark.parametrize("eps", [0.0, -1e-3, math.nan, math.inf])
 def test_N_rejects_bad_eps(eps):
     with pytest.raises(ValueError, match="positive finite"):

@@ -58,17 +58,37 @@ def readout_norm(A: np.ndarray) -> float:
     return float(np.abs(A).sum(axis=0).max())
 
 
+# The most knots one square may have. Far beyond any network that can be built (2·I·H·N
+# units), and far below 2⁵³, where N ± 1 stops changing a float64 certificate: so every
+# search for N below moves the certificate with each step and ends within a few steps.
+MAX_KNOTS = 2**40
+
+
+def check_knots(N_real: float, eps: float, what: str = "knots per square") -> None:
+    """Refuse an ε that would need more than MAX_KNOTS (also inf or nan) knots per square."""
+    if not N_real <= MAX_KNOTS:
+        raise ValueError(f"ε={eps:g} would need about {N_real:.2g} {what}, more than 2^40: no network "
+                         "of that size can be built or checked; use a larger ε")
+
+
 def N_for_eps(I: int, C: float, a: float, eps: float) -> int:
-    """Smallest N with I·C·a/N² ≤ ε, i.e. ⌈√(I·C·a/ε)⌉ computed without rounding slips."""
+    """Smallest N with I·C·a/N² ≤ ε, i.e. ⌈√(I·C·a/ε)⌉ computed without rounding slips.
+    ValueError when that N would exceed MAX_KNOTS."""
     if not (eps > 0 and math.isfinite(eps)):
         raise ValueError(f"eps must be a positive finite number, got {eps!r}")
-    N = max(1, math.ceil(math.sqrt(I * C * a / eps)))
-    # sqrt and ceil in floating point can land one off either way; fix it exactly.
-    while N > 1 and certificate(I, C, a, N - 1) <= eps:
-        N -= 1
-    while certificate(I, C, a, N) > eps:
-        N += 1
-    return N
+    N_real = math.sqrt(I * C * a / eps)
+    check_knots(N_real, eps)
+    N = max(1, math.ceil(N_real))
+    # sqrt and ceil in floating point can land one off either way: fix it exactly, in a
+    # bounded number of steps (a slip is at most a few units below 2⁵³).
+    for _ in range(4):
+        if N > 1 and certificate(I, C, a, N - 1) <= eps:
+            N -= 1
+        elif certificate(I, C, a, N) > eps:
+            N += 1
+        else:
+            return N
+    raise ArithmeticError(f"N_for_eps did not settle at N={N} for ε={eps!r}")
 
 
 def certificate(I: int, C: float, a: float, N: int) -> float:

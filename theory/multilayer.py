@@ -44,7 +44,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from theory.bounds import CONSTANTS, TRUNCATION, init_std
+from theory.bounds import CONSTANTS, TRUNCATION, check_knots, init_std
 
 BIAS_MAX = 0.5  # module biases are Uniform[0, 0.5)
 SQUARE_ALPHA_L1 = 6.0  # Σ_k |α_k| of ŝ_N = (2 − 2/N) + (N − 1)·4/N < 6
@@ -171,11 +171,18 @@ def allocate_N(bounds: list[LayerBounds], A: np.ndarray, eps: float) -> tuple[in
         raise ValueError(f"eps must be a positive finite number, got {eps!r}")
     kap, w = kappas(bounds, A), square_weights(bounds)
     t = math.sqrt(float(np.sum(np.cbrt(kap) * np.cbrt(w) ** 2)) / eps)
-    N = [max(1, math.ceil(t * float(np.cbrt(k / wl)))) for k, wl in zip(kap, w, strict=True)]
+    N_real = [t * float(np.cbrt(k / wl)) for k, wl in zip(kap, w, strict=True)]
+    check_knots(max(N_real), eps, "knots per square in one block")
+    N = [max(1, math.ceil(n)) for n in N_real]
     # Σ κ_l/N_l² ≤ ε at the real-valued optimum, and ceil only lowers it; the float sums
-    # can still land a hair above ε, so raise N where needed, then lower it greedily.
-    while certificate(bounds, A, N) > eps:
+    # can still land a hair above ε, so raise N where needed (a few steps at most below
+    # MAX_KNOTS), then lower it greedily.
+    for _ in range(4):
+        if certificate(bounds, A, N) <= eps:
+            break
         N = [n + 1 for n in N]
+    else:
+        raise ArithmeticError(f"allocate_N did not settle at N={N} for ε={eps!r}")
     for l in np.argsort(-w, kind="stable"):
         lo, hi = 0, N[l]  # certificate(N_l = hi) ≤ ε; it only grows as N_l falls
         while hi - lo > 1:

@@ -112,12 +112,17 @@ def fits(r: np.ndarray, N: np.ndarray, A: np.ndarray, eps: float) -> bool:
 def uniform_N(r: np.ndarray, A: np.ndarray, eps: float) -> int:
     """Smallest single N for all products with this (per-product) certificate ≤ ε."""
     ones = np.ones(r.shape)
-    N = max(1, math.ceil(math.sqrt(certificate(r, ones, A) / budget(eps, *r.shape))))
-    while N > 1 and fits(r, N * ones, A, eps):
-        N -= 1
-    while not fits(r, N * ones, A, eps):
-        N += 1
-    return N
+    N_real = math.sqrt(certificate(r, ones, A) / budget(eps, *r.shape))
+    bounds.check_knots(N_real, eps)
+    N = max(1, math.ceil(N_real))
+    for _ in range(4):  # float slips only: bounded (see theory.bounds.MAX_KNOTS)
+        if N > 1 and fits(r, (N - 1) * ones, A, eps):
+            N -= 1
+        elif not fits(r, N * ones, A, eps):
+            N += 1
+        else:
+            return N
+    raise ArithmeticError(f"uniform_N did not settle at N={N} for ε={eps!r}")
 
 
 @dataclass(frozen=True)

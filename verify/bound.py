@@ -5,68 +5,30 @@ three claims: the certificate I·C·a/N² is ≤ ε, the measured sup error is �
 certificate, and the network's hidden-unit count equals the formula. --construction picks
 another network (exact, deep, optimal) and --layers a multi-layer teacher; each is held
 to its own certificate and count formula the same way.
-Exit codes: 0 every check holds, 1 a bound is violated, 2 usage error.
+Exit codes: 0 every check holds, 1 a bound is violated, 2 usage error, 3 internal error,
+130 interrupted.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
-import math
 import sys
-import time
 from pathlib import Path
 
-import numpy as np
-import torch
+from constructions.names import CONSTRUCTION_HELP, CONSTRUCTIONS, ENCODINGS, WEIGHTS, default_constants
+from theory.bounds import CONSTANTS, VARIANTS
+from verify import cli
+from verify.cli import UsageError, positive_float, positive_int, seed
 
-from constructions.hyperteacher import ENCODINGS, WEIGHTS, HyperteacherConfig, sample_hyperteacher
-from constructions.multilayer import sample_multilayer_hyperteacher
-from constructions.registry import CONSTRUCTIONS, build, default_constants
-from constructions.shallow import BYTES_PER_FLOAT64, ShallowConstruction, count_hidden_units
-from theory.bounds import CONSTANTS, VARIANTS, apriori_C_W, hidden_units
-from verify.exact_checks import every_level_task, off_task_set_errors
-from verify.measure import measure_sup_error
-
-GIB = 2**30
-DENSE_CHECK_BYTES = 512 * 2**20  # build the dense net for the agreement check up to this size
-AGREEMENT_TOL = 1e-9  # dense vs structured: both float64, same function, rounding only
-EXACT_TOL = 1e-12  # the exact construction's error on its task set: float64 rounding only
 MAX_LAYERS = 8
+MAX_TASKS = 20_000
+# Threads pay off once each input row carries I·H ≥ 64 products (the default I = H = 16:
+# 1.5× faster on two idle cores); below that, and on busy cores, one thread is faster
+# (README, "Threads").
+THREADS_PAY_PRODUCTS = 64
 
 
-class UsageError(Exception):
-    """Bad input: reported on one line with exit code 2."""
-
-
-class Parser(argparse.ArgumentParser):
-    def error(self, message):
-        raise UsageError(message)
-
-
-def positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return value
-
-
-def positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}") from None
-    if not (math.isfinite(value) and value > 0):
-        raise argparse.ArgumentTypeError(f"expected a positive finite number, got {text!r}")
-    return value
-
-
-def build_parser() -> Parser:
-    p = Parser(prog="python -m verify.bound", description=__doc__,
-               formatter_class=argparse.RawDescriptionHelpFormatter)
+def build_parser() -> cli.Parser:
+    p = cli.Parser("python -m verify.bound", __doc__)
     p.add_argument("--M", type=positive_int, default=32, help="number of modules (default 32)")
     p.add_argument("--eps", type=positive_float, default=1e-3, help="target sup error ε > 0 (default 1e-3)")
     p.add_argument("--K", type=positive_int, default=3, help="max active modules per task, K ≤ M (default 3)")
@@ -78,9 +40,7 @@ def build_parser() -> Parser:
     p.add_argument("--encoding", default="identity", metavar="{" + ",".join(ENCODINGS) + "}",
                    help="task encoding e(z) (default identity)")
     p.add_argument("--construction", default="shallow", metavar="{" + ",".join(CONSTRUCTIONS) + "}",
-                   help="shallow: the theorem's network; exact: gated units, zero error for khot/discrete; "
-                        "deep: sawtooth squares, O(log 1/ε) units; optimal: a range and N per product "
-                        "(default shallow)")
+                   help="; ".join(f"{k}: {v}" for k, v in CONSTRUCTION_HELP.items()) + " (default shallow)")
     p.add_argument("--layers", type=positive_int, default=1,
                    help=f"modular layers L of the teacher, 1..{MAX_LAYERS}; L > 1 is built from shallow "
                         "blocks (default 1)")
@@ -89,39 +49,26 @@ def build_parser() -> Parser:
     p.add_argument("--constants", default=None, metavar="{" + ",".join(CONSTANTS) + "}",
                    help="apriori: C_W = 2σ for every draw; instance: this teacher's exact range "
                         "(default apriori; instance for --construction optimal)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the teacher and the measurement")
+    p.add_argument("--seed", type=seed, default=0, help="seed of the teacher and the measurement (default 0)")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
-    p.add_argument("--save", metavar="DIR", help="write teacher.npz, network.pt, report.json")
+    p.add_argument("--save", metavar="DIR",
+                   help="write teacher.npz, network.pt, report.json into DIR (a new or empty folder)")
+    p.add_argument("--force", action="store_true", help="let --save replace the files of a non-empty DIR")
     p.add_argument("--dense", action="store_true",
                    help="measure the dense nn.Sequential itself instead of the structured evaluator")
-    p.add_argument("--max-tasks", type=positive_int, default=20_000,
-                   help="enumerate every support up to this many, else sample this many (default 20000)")
+    p.add_argument("--max-tasks", type=positive_int, default=MAX_TASKS,
+                   help=f"enumerate every support up to this many, else sample this many "
+                        f"(default {MAX_TASKS})")
     p.add_argument("--points", type=positive_int, default=16, help="random x per task (default 16)")
-    p.add_argument("--refine-steps", type=int, default=100, help="gradient-ascent steps (default 100)")
-    p.add_argument("--no-progress", action="store_true", help="no progress bars on stderr")
+    p.add_argument("--refine-steps", type=cli.non_negative_int, default=100,
+                   help="gradient-ascent steps (default 100)")
+    cli.add_common(p, threads_default=f"the cores left free by other work when I·H ≥ {THREADS_PAY_PRODUCTS}, "
+                                      "else 1")
     return p
 
 
-def _glue_negative_numbers(argv: list[str]) -> list[str]:
-    """argparse reads '--eps -1e-3' as two options; glue it to '--eps=-1e-3' so the value
-    reaches the validator and the user hears what is allowed."""
-    out: list[str] = []
-    for token in argv:
-        if out and out[-1].startswith("--") and "=" not in out[-1] and token.startswith("-"):
-            try:
-                float(token)
-            except ValueError:
-                pass
-            else:
-                out[-1] = f"{out[-1]}={token}"
-                continue
-        out.append(token)
-    return out
-
-
-def parse_args(argv):
-    argv = sys.argv[1:] if argv is None else list(argv)
-    args = build_parser().parse_args(_glue_negative_numbers(argv))
+def parse_args(argv) -> object:
+    args = build_parser().parse_args(argv)
     if args.constants is None:
         args.constants = default_constants(args.construction)
     for name, allowed in (("construction", CONSTRUCTIONS), ("weights", WEIGHTS), ("encoding", ENCODINGS),
@@ -132,162 +79,17 @@ def parse_args(argv):
         raise UsageError(f"--K must be at most --M (got K={args.K}, M={args.M})")
     if args.layers > MAX_LAYERS:
         raise UsageError(f"--layers must be at most {MAX_LAYERS}, got {args.layers}")
-    if args.refine_steps < 0:
-        raise UsageError(f"--refine-steps must be ≥ 0, got {args.refine_steps}")
+    if args.force and not args.save:
+        raise UsageError("--force only applies to --save DIR")
+    if args.save:
+        args.save = cli.prepare_out_dir(args.save, "--save", force=args.force)
     return args
 
 
-def _proc_kib_field(path: str, key: str) -> int | None:
-    """A 'Key:  N kB' line of a /proc file, in bytes; None where /proc cannot be read."""
-    try:
-        with open(path) as f:
-            for line in f:
-                if line.startswith(key + ":"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return None
-
-
-def available_bytes() -> int:
-    """MemAvailable from /proc/meminfo; 8 GiB where it cannot be read."""
-    return _proc_kib_field("/proc/meminfo", "MemAvailable") or 8 * GIB
-
-
-def peak_memory_bytes() -> int | None:
-    """This process's peak resident memory (VmHWM), or None where /proc is missing.
-    VmHWM belongs to the address space, so unlike ru_maxrss it does not count what a
-    parent process held before it started this one."""
-    return _proc_kib_field("/proc/self/status", "VmHWM")
-
-
-def structured_bytes(cfg: HyperteacherConfig, tasks: int) -> int:
-    """Peak memory of the default path: the teacher (held ~3×: numpy, scaled copy,
-    autograd), the task latents, and one chunk of per-row (I, H) temporaries."""
-    teacher = cfg.M * cfg.I * cfg.H + cfg.M * cfg.H + cfg.H * cfg.O
-    latents = 2 * tasks * cfg.M
-    chunk = 8192 * (2 * cfg.M + 12 * cfg.I * cfg.H)
-    return (3 * teacher + latents + chunk) * BYTES_PER_FLOAT64
-
-
-def check_memory(need: int, what: str) -> None:
-    have = available_bytes()
-    if need > have:
-        raise UsageError(f"{what} would need {need / GIB:.1f} GiB but {have / GIB:.1f} GiB is "
-                         "available; use a larger --eps or a smaller --M/--I/--H")
-
-
-def dense_agreement(net: ShallowConstruction, dense: torch.nn.Module, teacher, seed: int) -> float:
-    """Max |dense − structured| on random inputs from the task set and off it."""
-    rng = np.random.default_rng(seed + 1)
-    z = rng.uniform(0.0, 1.0, size=(256, net.M)) * (rng.random((256, net.M)) < net.K / net.M)
-    x = rng.uniform(-1.5, 1.5, size=(256, net.I))  # off the box too: the same function everywhere
-    inputs = torch.cat([teacher.encode(torch.as_tensor(z)), torch.as_tensor(x)], dim=1)
-    with torch.no_grad():
-        return float((net(inputs) - dense(inputs)).abs().max())
-
-
-def sample_teacher(cfg: HyperteacherConfig, layers: int = 1):
-    """The single-layer hyperteacher, or for layers > 1 the multi-layer one (whose first
-    layer is the same draw)."""
-    return sample_hyperteacher(cfg) if layers == 1 else sample_multilayer_hyperteacher(cfg, layers)
-
-
-def verify_point(cfg: HyperteacherConfig, eps: float, variant: str = "theorem",
-                 constants: str | None = None, *, construction: str = "shallow", layers: int = 1,
-                 dense: bool = False, build_dense: bool | None = None,
-                 measure: dict | None = None, progress: bool | None = None):
-    """Build a construction for (teacher, ε), measure it, and check its claims.
-
-    Returns (report, teacher, construction, dense network or None). `dense` measures the
-    nn.Sequential itself; `build_dense` (default: when it is small) builds it to count its
-    widths and compare it with the structured evaluator. Raises UsageError for sizes that
-    cannot fit in memory, for ε below float64 resolution and for combinations that a
-    construction does not support.
-    """
-    start = time.perf_counter()
-    measure = dict(measure or {})
-    tasks = min(measure.get("max_tasks", 20_000), math.comb(cfg.M, cfg.K) * cfg.K)
-    check_memory(layers * structured_bytes(cfg, tasks), "the teacher and the structured evaluator")
-    teacher = sample_teacher(cfg, layers)
-    try:
-        net = build(construction, teacher, eps, variant=variant, constants=constants)
-    except ValueError as e:
-        raise UsageError(str(e)) from None
-    units = net.hidden_units()
-    if dense:
-        check_memory(net.dense_bytes() + 3 * 8192 * max(units.widths) * BYTES_PER_FLOAT64,
-                     "--dense (the dense network and a batch of its activations)")
-    floor = net.rounding_floor(dense=dense)
-    cert = net.certificate()
-    exact = net.task_set == "levels"
-    if not exact and cert <= 10 * floor:
-        hint = " (or --constants instance, or fewer --layers)" if layers > 1 else ""
-        raise UsageError(f"ε={eps:g} is below what float64 can verify here: the worst-case "
-                         f"rounding error {floor:.1e} of this {units.total:,}-unit network exceeds a "
-                         f"tenth of the certificate {cert:.1e}; use a larger --eps{hint}")
-    if build_dense is None:
-        build_dense = net.dense_bytes() <= DENSE_CHECK_BYTES
-    elif build_dense:
-        check_memory(2 * net.dense_bytes(), "the dense nn.Sequential (for --save)")
-    dense_net = net.to_sequential() if (dense or build_dense) else None
-    widths = count_hidden_units(dense_net) if dense_net is not None else net.counted_widths()
-    agreement = dense_agreement(net, dense_net, teacher, cfg.seed) if dense_net is not None else None
-
-    measure.setdefault("seed", cfg.seed)
-    if exact:  # its guarantee covers the family's own weight levels, not all of [0, 1]
-        measure["refine_z"] = False
-    measured = measure_sup_error(dense_net if dense else net, teacher, progress=progress, **measure)
-    if exact:
-        level_tasks = every_level_task(net, dense_net if dense else net, teacher, measure, cfg.seed)
-        worst = max(measured.sup_error, level_tasks["max_error"])
-        checks = {"certificate <= eps": cert <= eps, f"measured <= {EXACT_TOL:g} (exact)": worst <= EXACT_TOL}
-    else:
-        checks = {
-            "certificate <= eps": cert <= eps,
-            # Rounding can push an exact-math tie a hair over: allow the float64 worst case.
-            "measured <= certificate": measured.sup_error <= cert + floor,
-        }
-    checks["count = formula"] = sum(widths) == units.total and tuple(widths) == tuple(units.widths)
-    if agreement is not None:
-        checks["dense = structured"] = agreement <= AGREEMENT_TOL
-    report = {
-        "teacher": dict(I=cfg.I, H=cfg.H, O=cfg.O, M=cfg.M, K=cfg.K, L=layers, weights=cfg.weights,
-                        encoding=cfg.encoding, seed=cfg.seed, n_supports=teacher.n_supports()),
-        "construction": dict(name=net.name, task_set=net.task_set, **net.summary()),
-        "eps": eps,
-        "variant": variant,
-        "hidden_units": dict(terms=units.terms, total=units.total, widths=widths,
-                             formula=net.count_formula(),
-                             counted_from="nn.Sequential" if dense_net is not None else "structured"),
-        "certificate": cert,
-        "rounding_floor_float64": floor,
-        "measured": measured.to_dict() | dict(
-            network="dense nn.Sequential" if dense else "structured evaluator"),
-        "measured_over_certificate": measured.sup_error / cert if cert > 0 else None,
-        "dense_vs_structured_max_abs": agreement,
-        "checks": checks,
-    }
-    if isinstance(net, ShallowConstruction):
-        other = "lean" if variant == "theorem" else "theorem"
-        report |= {
-            "constants": dict(kind=net.constants, C=net.C, a=net.a, C_W_apriori=apriori_C_W(cfg.I),
-                              C_W_instance=float(np.abs(teacher.W).max())),
-            "N": net.N,
-            "N_sqrt_eps": net.N * math.sqrt(eps),
-            "N_sqrt_eps_limit": math.sqrt(cfg.I * net.C * net.a),
-            "hidden_units_" + other: hidden_units(cfg.I, cfg.H, cfg.M, net.N, other).total,
-        }
-        report["hidden_units"] |= dict(squares=units.squares, carry=units.carry, teacher=units.teacher)
-    if exact:
-        report["level_tasks"] = level_tasks
-        report["off_task_set"] = off_task_set_errors(net, teacher, np.random.default_rng(cfg.seed + 2))
-    report |= {"passed": all(checks.values()), "seconds": time.perf_counter() - start,
-               "peak_memory_gib": (peak_memory_bytes() or 0) / GIB}
-    return report, teacher, net, dense_net
-
-
 def run(args) -> dict:
+    from constructions.hyperteacher import HyperteacherConfig
+    from verify.check import verify_point
+
     cfg = HyperteacherConfig(I=args.I, H=args.H, O=args.O, M=args.M, K=args.K,
                              weights=args.weights, encoding=args.encoding, seed=args.seed)
     report, teacher, net, dense_net = verify_point(
@@ -297,12 +99,20 @@ def run(args) -> dict:
         measure=dict(max_tasks=args.max_tasks, points_per_task=args.points, refine_steps=args.refine_steps),
         progress=False if args.no_progress else None)
     if args.save:
-        out = Path(args.save)
-        out.mkdir(parents=True, exist_ok=True)
-        teacher.save_npz(out / "teacher.npz")
-        torch.save(dense_net.state_dict(), out / "network.pt")
-        (out / "report.json").write_text(json.dumps(report, indent=2))
+        save(Path(args.save), report, teacher, dense_net)
     return report
+
+
+def save(out: Path, report: dict, teacher, dense_net) -> None:
+    """Each file is written under a temporary name and renamed when complete; report.json
+    comes last, so a folder that holds it holds all three."""
+    import torch
+
+    with cli.atomic_path(out / "teacher.npz") as tmp:
+        teacher.save_npz(tmp)
+    with cli.atomic_path(out / "network.pt") as tmp:
+        torch.save(dense_net.state_dict(), tmp)
+    cli.write_text_atomic(out / "report.json", cli.to_json(report))
 
 
 def _teacher_line(t: dict) -> str:
@@ -422,15 +232,15 @@ def format_report(r: dict) -> str:
     return "\n".join(lines)
 
 
+def work(args) -> int:
+    cli.set_threads(args.threads, cli.default_threads(args.I * args.H >= THREADS_PAY_PRODUCTS))
+    report = run(args)
+    cli.emit(cli.to_json(report) if args.json else format_report(report))
+    return cli.EXIT_OK if report["passed"] else cli.EXIT_VIOLATED
+
+
 def main(argv=None) -> int:
-    try:
-        args = parse_args(argv)
-        report = run(args)
-    except UsageError as e:
-        print(f"verify.bound: error: {e} (see --help)", file=sys.stderr)
-        return 2
-    print(json.dumps(report, indent=2) if args.json else format_report(report))
-    return 0 if report["passed"] else 1
+    return cli.main_of("verify.bound", parse_args, work, argv)
 
 
 if __name__ == "__main__":

@@ -29,7 +29,7 @@ from constructions.hyperteacher import (
     sample_supports,
     support_weights,
 )
-from verify.progress import Progress
+from verify.cli import progress as progress_bar
 
 
 @dataclass
@@ -101,7 +101,7 @@ def measure_sup_error(f, teacher: Hyperteacher, *, encode=None, supports=None, m
     task_err = np.zeros(T)
     task_x = np.zeros((T, I))
     tasks_per_chunk = max(1, batch_rows // P)
-    bar = Progress(T, "random", progress)
+    bar = progress_bar(T, "random points", progress, unit="task")
     for s in range(0, T, tasks_per_chunk):
         zc = torch.as_tensor(np.repeat(z_tasks[s:s + tasks_per_chunk], P, axis=0))
         xc = torch.as_tensor(sample_inputs(len(zc), I, rng))
@@ -143,7 +143,7 @@ def measure_sup_error(f, teacher: Hyperteacher, *, encode=None, supports=None, m
             fresh = torch.as_tensor(rng.random(R) < 0.5) & (torch.arange(R) % refine_starts != 0)
             w0[fresh] = torch.as_tensor(rng.random((int(fresh.sum()), sup.shape[1]))) * active[fresh]
         w = w0.clone().requires_grad_(refine_z)
-        bar = Progress(refine_steps, "refine", progress)
+        bar = progress_bar(refine_steps, "gradient ascent", progress, unit="step")
         for step in range(refine_steps):
             # Geometric step decay: early large steps hop between the 1/N-scale bumps,
             # late small ones settle on the top of one.
@@ -160,7 +160,8 @@ def measure_sup_error(f, teacher: Hyperteacher, *, encode=None, supports=None, m
                     w += lr * torch.sign(w.grad) * active
                     w.clamp_(0.0, 1.0)
                     w.grad = None
-            bar.update(1, f"sup {best['err']:.3e}")
+            bar.set_postfix_str(f"sup {best['err']:.3e}", refresh=False)
+            bar.update(1)
         bar.close()
         with torch.no_grad():
             z = torch.einsum("rk,rkm->rm", w, onehot)

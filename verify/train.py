@@ -17,9 +17,8 @@ import torch
 from torch import nn
 
 from constructions.hyperteacher import Hyperteacher, dense_latents, sample_inputs, support_weights
-from verify.progress import Progress
-
-SHAPES = ("matched", "balanced", "custom")
+from verify.cli import progress as progress_bar
+from verify.names import SHAPES  # noqa: F401  (re-exported)
 
 
 @dataclass(frozen=True)
@@ -105,7 +104,7 @@ def _train(teacher, encode, train_supports, in_dim, widths, cfg, progress) -> Tr
     opt = torch.optim.AdamW(net.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     T, P = cfg.tasks_per_batch, cfg.samples_per_task
     losses, running = [], None
-    bar = Progress(cfg.steps, "train", progress)
+    bar = progress_bar(cfg.steps, f"train {'×'.join(map(str, widths))}", progress, unit="step")
     start = time.perf_counter()
     for step in range(1, cfg.steps + 1):
         supports = train_supports[rng.integers(0, len(train_supports), T)]
@@ -123,7 +122,8 @@ def _train(teacher, encode, train_supports, in_dim, widths, cfg, progress) -> Tr
         running = value if running is None else 0.98 * running + 0.02 * value
         if step % max(1, cfg.steps // 100) == 0 or step == cfg.steps:
             losses.append((step, running))
-            bar.update(max(1, cfg.steps // 100) if step != cfg.steps else 0, f"loss {running:.2e}")
+            bar.set_postfix_str(f"loss {running:.2e}", refresh=False)
+            bar.update(step - bar.n)
     bar.close()
     return TrainResult(net=net.to("cpu").double(), widths=list(widths), losses=losses,
                        seconds=time.perf_counter() - start, config=asdict(cfg))

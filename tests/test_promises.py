@@ -1,0 +1,217 @@
+"""Every CLI keeps the README's promise, run as a user runs it (a subprocess):
+
+- bad input: exit 2, one line on stderr, no traceback, before any work, no files left;
+- Ctrl-C: exit 130, one line, and no file under a final name that is incomplete;
+- a closed stdout pipe: no traceback, the work goes on, the exit code keeps its meaning.
+
+Each row of the hardening issue's table is one case here. Usage errors answer before
+torch is imported, so most rows cost a fraction of a second.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+TINY_SGD = ["--I", "2", "--H", "2", "--O", "2", "--M", "4", "--K", "2", "--steps", "5", "--eval-samples", "4"]
+TINY_BOUND = ["--I", "2", "--H", "2", "--O", "2", "--M", "4", "--K", "2", "--eps", "1e-2"]
+
+
+def run(module: str, argv: list[str], timeout: float = 120, cwd=None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", module, *argv], capture_output=True, text=True,
+                          timeout=timeout, cwd=cwd)
+
+
+def partial_files(folder: Path) -> list[Path]:
+    return [p for p in folder.rglob("*") if ".partial" in p.name]
+
+
+@pytest.fixture
+def places(tmp_path):
+    """Paths that cannot be output folders, and one that already holds results."""
+    a_file = tmp_path / "a_file.txt"
+    a_file.write_text("not a folder\n")
+    full = tmp_path / "full"
+    full.mkdir()
+    (full / "report.json").write_text("{}\n")
+    return dict(FILE=str(a_file), UNDER_FILE=str(a_file / "sub"), PROC="/proc/compgen_cannot_write",
+                FULL=str(full), TMP=str(tmp_path))
+
+
+# (module, argv, what the one line must contain). FILE, UNDER_FILE, PROC, FULL, TMP are
+# replaced by the paths of the `places` fixture.
+USAGE_ROWS = [
+    ("verify.bound", ["--eps", "1e-300"], "2^40"),
+    ("verify.bound", ["--eps", "1e-320"], "2^40"),
+    ("verify.bound", ["--eps", "1e-16"], "float64"),
+    ("verify.bound", ["--eps", "1e-18"], "float64"),
+    ("verify.bound", ["--eps", "1e-40"], "2^40"),
+    ("verify.bound", ["--layers", "2", "--eps", "1e-20"], "float64"),
+    ("verify.bound", ["--construction", "optimal", "--eps", "1e-300"], "2^40"),
+    ("verify.bound", ["--construction", "deep", "--eps", "1e-300"], "float64"),
+    ("verify.bound", ["--seed", "-1"], "seed"),
+    ("verify.bound", ["--save", "FILE"], "existing file"),
+    ("verify.bound", ["--save", "UNDER_FILE"], "cannot be written"),
+    ("verify.bound", ["--save", "PROC"], "cannot be written"),
+    ("verify.bound", ["--save", "FULL"], "--force"),
+    ("verify.bound", ["--force"], "--save"),
+    ("verify.bound", ["--M", "100000"], "smaller --M"),
+    ("verify.bound", ["--I", "4096"], "smaller --M, --I"),
+    ("verify.bound", ["--threads", "0"], "positive integer"),
+    ("verify.bound", ["--eps", "nan"], "positive finite"),
+    ("verify.sweep", ["--eps", "1e-300", "--M", "4", "--seeds", "0", "--allow-untested", "--out", "TMP"],
+     "2^40"),
+    ("verify.sweep", ["--eps", "1e-20", "--M", "4", "8", "--seeds", "0", "1", "--out", "TMP"], "float64"),
+    ("verify.sweep", ["--seeds", "-1"], "seed"),
+    ("verify.sweep", ["--out", "FILE"], "existing file"),
+    ("verify.sweep", ["--out", "PROC"], "cannot be written"),
+    ("verify.sweep", ["--eps", "1e-2", "--M", "4", "8", "--seeds", "0"], "--allow-untested"),
+    ("verify.sweep", ["--asymptotic-eps", "1e-9"], "--allow-untested"),
+    ("verify.sweep", ["--M", "8"], "--allow-untested"),
+    ("verify.sgd", ["--eps", "1e-300"], "2^40"),
+    ("verify.sgd", ["--seed", "-1"], "seed"),
+    ("verify.sgd", ["--save", "FILE"], "existing file"),
+    ("verify.sgd", ["--save", "PROC"], "cannot be written"),
+    ("verify.sgd", ["--save", "FULL"], "--force"),
+    ("verify.sgd", ["--device", "bogus"], "--device"),
+    ("verify.sgd", ["--weight-decay", "-1"], "--weight-decay"),
+    ("verify.sgd", ["--held-out", "2"], "--held-out"),
+    ("verify.sgd", ["--widths", "8", "8"], "--shapes custom"),
+    ("verify.bench", ["--repeats", "0"], "positive integer"),
+    ("verify.bench", ["--repeats", "-3"], "positive integer"),
+    ("verify.bench", ["--frobnicate"], "unrecognized"),
+    ("paper_figures", ["--seed", "-1"], "seed"),
+    ("paper_figures", ["--out", "FILE"], "existing file"),
+    ("paper_figures", ["--only", "fig99"], "fig99"),
+]
+
+
+@pytest.mark.parametrize("module,argv,message", USAGE_ROWS,
+                         ids=[f"{m} {' '.join(a)}" for m, a, _ in USAGE_ROWS])
+def test_bad_input_gets_one_line_and_exit_2(places, module, argv, message):
+    argv = [places.get(a, a) for a in argv]
+    before = sorted(p.name for p in Path(places["TMP"]).rglob("*"))
+    proc = run(module, argv, timeout=120)
+    assert proc.returncode == 2, (proc.returncode, proc.stderr[-2000:])
+    assert "Traceback" not in proc.stderr
+    assert proc.stderr.count("\n") == 1, proc.stderr
+    assert proc.stderr.startswith(f"{module}: error: ") and message in proc.stderr, proc.stderr
+    assert proc.stdout == ""
+    # Refused before any work: nothing new in the folders it was pointed at.
+    assert sorted(p.name for p in Path(places["TMP"]).rglob("*")) == before
+
+
+@pytest.mark.parametrize("module", ["verify.bound", "verify.sweep", "verify.sgd", "verify.bench",
+                                    "paper_figures"])
+def test_help_answers_without_importing_torch(module):
+    proc = subprocess.run([sys.executable, "-X", "importtime", "-m", module, "--help"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0 and "--threads" in proc.stdout and "--no-progress" in proc.stdout
+    imported = {line.rsplit("|", 1)[-1].strip() for line in proc.stderr.splitlines() if "|" in line}
+    assert not imported & {"torch", "scipy.stats", "matplotlib.pyplot", "matplotlib"}, \
+        sorted(imported & {"torch", "scipy.stats", "matplotlib"})
+
+
+def _interrupt_when(proc: subprocess.Popen, ready, timeout: float = 120) -> None:
+    """SIGINT the process once ready() holds (polled), or fail if it ends first."""
+    deadline = time.monotonic() + timeout
+    while not ready():
+        assert proc.poll() is None, f"ended before the interrupt: {proc.communicate()}"
+        assert time.monotonic() < deadline, "never reached the point to interrupt"
+        time.sleep(0.005)
+    proc.send_signal(signal.SIGINT)
+
+
+def test_ctrl_c_while_saving_leaves_no_truncated_file(tmp_path):
+    """Interrupted while network.pt is being written: exit 130, one line, and every file
+    under a final name is complete (here: teacher.npz, written first)."""
+    out = tmp_path / "run"
+    argv = ["--M", "16", "--eps", "1e-4", "--max-tasks", "50", "--refine-steps", "2", "--save", str(out)]
+    proc = subprocess.Popen([sys.executable, "-m", "verify.bound", *argv], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    _interrupt_when(proc, lambda: out.is_dir() and any(p.name.startswith(".network.")
+                                                      for p in out.iterdir()))
+    stdout, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130, stderr
+    assert stderr.count("\n") == 1 and "interrupted" in stderr and "Traceback" not in stderr
+    assert partial_files(out) == []
+    names = {p.name for p in out.iterdir()}
+    assert "report.json" not in names and "network.pt" not in names
+    with np.load(out / "teacher.npz") as f:  # complete: it loads
+        assert f["W"].shape == (16, 16, 16)
+
+
+def test_ctrl_c_during_figures_leaves_no_truncated_file(tmp_path):
+    out = tmp_path / "figs"
+    proc = subprocess.Popen([sys.executable, "-m", "paper_figures", "--quick", "--out", str(out)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    _interrupt_when(proc, lambda: out.is_dir() and len(list(out.iterdir())) >= 5)
+    stdout, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130, stderr
+    assert stderr.count("\n") == 1 and "Traceback" not in stderr
+    assert partial_files(out) == []
+    for path in out.iterdir():  # every file with a final name is whole
+        data = path.read_bytes()
+        if path.suffix == ".png":
+            assert data.endswith(b"IEND\xaeB`\x82"), path
+        elif path.suffix == ".pdf":
+            assert data.rstrip().endswith(b"%%EOF"), path
+        elif path.suffix == ".json":
+            json.loads(data)
+        elif path.suffix == ".csv":
+            assert data.endswith(b"\n"), path
+
+
+@pytest.mark.parametrize("module,argv", [
+    ("verify.bound", TINY_BOUND),
+    ("verify.sgd", TINY_SGD),
+    ("verify.sweep", ["--eps", "1e-2", "3e-3", "1e-3", "--M", "4", "5", "--K", "2", "--seeds", "0", "1",
+                      "--I", "2", "--H", "2", "--O", "2", "--asymptotic-eps", "1e-2", "--out", "TMP"]),
+])
+def test_a_closed_pipe_ends_quietly(tmp_path, module, argv):
+    argv = [str(tmp_path) if a == "TMP" else a for a in argv]
+    cmd = " ".join([sys.executable, "-m", module, *argv, "--no-progress"])
+    proc = subprocess.run(["bash", "-c", f"set -o pipefail; {cmd} | head -1"], capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "Traceback" not in proc.stderr and "BrokenPipe" not in proc.stderr
+    assert proc.stdout.count("\n") == 1
+
+
+def test_an_internal_error_is_exit_3_with_its_traceback(monkeypatch, capsys):
+    import verify.bound
+    import verify.check
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(verify.check, "verify_point", broken)
+    code = verify.bound.main(TINY_BOUND + ["--no-progress"])
+    err = capsys.readouterr().err
+    assert code == 3 and "Traceback" in err and "RuntimeError: boom" in err
+    assert err.strip().splitlines()[-1].startswith("verify.bound: internal error")
+
+
+def test_saved_files_are_written_whole_and_refused_twice(tmp_path):
+    """--save writes complete files; a second --save into the same folder is refused before
+    work (exit 2), and --force replaces them."""
+    out = tmp_path / "run"
+    first = run("verify.bound", [*TINY_BOUND, "--save", str(out), "--no-progress"])
+    assert first.returncode == 0, first.stderr
+    assert sorted(p.name for p in out.iterdir()) == ["network.pt", "report.json", "teacher.npz"]
+    assert oct(os.stat(out / "report.json").st_mode & 0o777) != oct(0o600)  # the usual mode, not mkstemp's
+    again = run("verify.bound", [*TINY_BOUND, "--save", str(out)])
+    assert again.returncode == 2 and "--force" in again.stderr
+    forced = run("verify.bound", [*TINY_BOUND, "--save", str(out), "--force", "--seed", "1"])
+    assert forced.returncode == 0, forced.stderr
+    assert json.loads((out / "report.json").read_text())["teacher"]["seed"] == 1
+    assert torch.load(out / "network.pt")  # loads whole

@@ -1,0 +1,190 @@
+"""Build a construction for a hyperteacher at ε, measure it, and check its claims:
+`verify_point`, the library behind `python -m verify.bound`, `verify.sweep` and the
+figures. Sizes are checked before anything is allocated; what cannot fit, or cannot be
+resolved in float64, raises UsageError with what it would need.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+import numpy as np
+import torch
+
+from constructions.hyperteacher import HyperteacherConfig, sample_hyperteacher
+from constructions.multilayer import sample_multilayer_hyperteacher
+from constructions.registry import build
+from constructions.shallow import BYTES_PER_FLOAT64, ShallowConstruction, count_hidden_units
+from theory.bounds import apriori_C_W, hidden_units
+from verify.cli import GIB, UsageError, phase
+from verify.exact_checks import every_level_task, off_task_set_errors
+from verify.measure import measure_sup_error
+
+DENSE_CHECK_BYTES = 512 * 2**20  # build the dense net for the agreement check up to this size
+AGREEMENT_TOL = 1e-9  # dense vs structured: both float64, same function, rounding only
+EXACT_TOL = 1e-12  # the exact construction's error on its task set: float64 rounding only
+
+
+def _proc_kib_field(path: str, key: str) -> int | None:
+    """A 'Key:  N kB' line of a /proc file, in bytes; None where /proc cannot be read."""
+    try:
+        with open(path) as f:
+            for line in f:
+                if line.startswith(key + ":"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+def available_bytes() -> int:
+    """MemAvailable from /proc/meminfo; 8 GiB where it cannot be read."""
+    return _proc_kib_field("/proc/meminfo", "MemAvailable") or 8 * GIB
+
+
+def peak_memory_bytes() -> int | None:
+    """This process's peak resident memory (VmHWM), or None where /proc is missing.
+    VmHWM belongs to the address space, so unlike ru_maxrss it does not count what a
+    parent process held before it started this one."""
+    return _proc_kib_field("/proc/self/status", "VmHWM")
+
+
+def structured_bytes(cfg: HyperteacherConfig, tasks: int) -> int:
+    """Peak memory of the default path: the teacher (held ~3×: numpy, scaled copy,
+    autograd), the task latents, and one chunk of per-row (I, H) temporaries."""
+    teacher = cfg.M * cfg.I * cfg.H + cfg.M * cfg.H + cfg.H * cfg.O
+    latents = 2 * tasks * cfg.M
+    chunk = 8192 * (2 * cfg.M + 12 * cfg.I * cfg.H)
+    return (3 * teacher + latents + chunk) * BYTES_PER_FLOAT64
+
+
+def check_memory(need: int, what: str, remedy: str) -> None:
+    """UsageError naming the size, the memory there is, and what would make it fit."""
+    have = available_bytes()
+    if need > have:
+        raise UsageError(f"{what} would need {need / GIB:.1f} GiB but {have / GIB:.1f} GiB is "
+                         f"available; {remedy}")
+
+
+# What makes each kind of memory smaller: the teacher and the evaluator's temporaries do
+# not depend on ε, the dense network does.
+SMALLER_TEACHER = "use a smaller --M, --I or --H (or fewer --max-tasks)"
+SMALLER_NETWORK = "use a larger --eps or a smaller --M, --I or --H"
+
+
+def dense_agreement(net: ShallowConstruction, dense: torch.nn.Module, teacher, seed: int) -> float:
+    """Max |dense − structured| on random inputs from the task set and off it."""
+    rng = np.random.default_rng(seed + 1)
+    z = rng.uniform(0.0, 1.0, size=(256, net.M)) * (rng.random((256, net.M)) < net.K / net.M)
+    x = rng.uniform(-1.5, 1.5, size=(256, net.I))  # off the box too: the same function everywhere
+    inputs = torch.cat([teacher.encode(torch.as_tensor(z)), torch.as_tensor(x)], dim=1)
+    with torch.no_grad():
+        return float((net(inputs) - dense(inputs)).abs().max())
+
+
+def sample_teacher(cfg: HyperteacherConfig, layers: int = 1):
+    """The single-layer hyperteacher, or for layers > 1 the multi-layer one (whose first
+    layer is the same draw)."""
+    return sample_hyperteacher(cfg) if layers == 1 else sample_multilayer_hyperteacher(cfg, layers)
+
+
+def verify_point(cfg: HyperteacherConfig, eps: float, variant: str = "theorem",
+                 constants: str | None = None, *, construction: str = "shallow", layers: int = 1,
+                 dense: bool = False, build_dense: bool | None = None,
+                 measure: dict | None = None, progress: bool | None = None):
+    """Build a construction for (teacher, ε), measure it, and check its claims.
+
+    Returns (report, teacher, construction, dense network or None). `dense` measures the
+    nn.Sequential itself; `build_dense` (default: when it is small) builds it to count its
+    widths and compare it with the structured evaluator. Raises UsageError for sizes that
+    cannot fit in memory, for ε below float64 resolution and for combinations that a
+    construction does not support.
+    """
+    start = time.perf_counter()
+    measure = dict(measure or {})
+    tasks = min(measure.get("max_tasks", 20_000), math.comb(cfg.M, cfg.K) * cfg.K)
+    check_memory(layers * structured_bytes(cfg, tasks), "the teacher and the structured evaluator",
+                 SMALLER_TEACHER)
+    with phase("teacher and network", progress):
+        teacher = sample_teacher(cfg, layers)
+        try:  # cheap for every ε: no construction allocates anything that grows with 1/ε
+            net = build(construction, teacher, eps, variant=variant, constants=constants)
+        except ValueError as e:
+            raise UsageError(str(e)) from None
+    units = net.hidden_units()
+    if dense:
+        check_memory(net.dense_bytes() + 3 * 8192 * max(units.widths) * BYTES_PER_FLOAT64,
+                     "--dense (the dense network and a batch of its activations)", SMALLER_NETWORK)
+    floor = net.rounding_floor(dense=dense)
+    cert = net.certificate()
+    exact = net.task_set == "levels"
+    if not exact and cert <= 10 * floor:
+        hint = " (or --constants instance, or fewer --layers)" if layers > 1 else ""
+        raise UsageError(f"ε={eps:g} is below what float64 can verify here: the worst-case "
+                         f"rounding error {floor:.1e} of this {units.total:,}-unit network exceeds a "
+                         f"tenth of the certificate {cert:.1e}; use a larger --eps{hint}")
+    if build_dense is None:
+        build_dense = net.dense_bytes() <= DENSE_CHECK_BYTES
+    elif build_dense:
+        check_memory(2 * net.dense_bytes(), "the dense nn.Sequential (for --save)", SMALLER_NETWORK)
+    dense_net = None
+    if dense or build_dense:
+        with phase("dense nn.Sequential", progress):
+            dense_net = net.to_sequential()
+    widths = count_hidden_units(dense_net) if dense_net is not None else net.counted_widths()
+    agreement = dense_agreement(net, dense_net, teacher, cfg.seed) if dense_net is not None else None
+
+    measure.setdefault("seed", cfg.seed)
+    if exact:  # its guarantee covers the family's own weight levels, not all of [0, 1]
+        measure["refine_z"] = False
+    measured = measure_sup_error(dense_net if dense else net, teacher, progress=progress, **measure)
+    if exact:
+        with phase("every level task", progress):
+            level_tasks = every_level_task(net, dense_net if dense else net, teacher, measure, cfg.seed)
+        worst = max(measured.sup_error, level_tasks["max_error"])
+        checks = {"certificate <= eps": cert <= eps, f"measured <= {EXACT_TOL:g} (exact)": worst <= EXACT_TOL}
+    else:
+        checks = {
+            "certificate <= eps": cert <= eps,
+            # Rounding can push an exact-math tie a hair over: allow the float64 worst case.
+            "measured <= certificate": measured.sup_error <= cert + floor,
+        }
+    checks["count = formula"] = sum(widths) == units.total and tuple(widths) == tuple(units.widths)
+    if agreement is not None:
+        checks["dense = structured"] = agreement <= AGREEMENT_TOL
+    report = {
+        "teacher": dict(I=cfg.I, H=cfg.H, O=cfg.O, M=cfg.M, K=cfg.K, L=layers, weights=cfg.weights,
+                        encoding=cfg.encoding, seed=cfg.seed, n_supports=teacher.n_supports()),
+        "construction": dict(name=net.name, task_set=net.task_set, **net.summary()),
+        "eps": eps,
+        "variant": variant,
+        "hidden_units": dict(terms=units.terms, total=units.total, widths=widths,
+                             formula=net.count_formula(),
+                             counted_from="nn.Sequential" if dense_net is not None else "structured"),
+        "certificate": cert,
+        "rounding_floor_float64": floor,
+        "measured": measured.to_dict() | dict(
+            network="dense nn.Sequential" if dense else "structured evaluator"),
+        "measured_over_certificate": measured.sup_error / cert if cert > 0 else None,
+        "dense_vs_structured_max_abs": agreement,
+        "checks": checks,
+    }
+    if isinstance(net, ShallowConstruction):
+        other = "lean" if variant == "theorem" else "theorem"
+        report |= {
+            "constants": dict(kind=net.constants, C=net.C, a=net.a, C_W_apriori=apriori_C_W(cfg.I),
+                              C_W_instance=float(np.abs(teacher.W).max())),
+            "N": net.N,
+            "N_sqrt_eps": net.N * math.sqrt(eps),
+            "N_sqrt_eps_limit": math.sqrt(cfg.I * net.C * net.a),
+            "hidden_units_" + other: hidden_units(cfg.I, cfg.H, cfg.M, net.N, other).total,
+        }
+        report["hidden_units"] |= dict(squares=units.squares, carry=units.carry, teacher=units.teacher)
+    if exact:
+        report["level_tasks"] = level_tasks
+        with phase("off the task set", progress):
+            report["off_task_set"] = off_task_set_errors(net, teacher, np.random.default_rng(cfg.seed + 2))
+    report |= {"passed": all(checks.values()), "seconds": time.perf_counter() - start,
+               "peak_memory_gib": (peak_memory_bytes() or 0) / GIB}
+    return report, teacher, net, dense_net

@@ -1,0 +1,318 @@
+"""What every command line of this toolkit shares: its argument parser, its validators,
+its exit codes, atomic output files, threads and progress bars.
+
+Exit codes (every CLI):
+  0    every check holds
+  1    a bound or check is violated, and nothing else
+  2    usage error: one line on stderr, before any work starts
+  3    an internal error (a bug): the traceback, then one line asking for a report
+  130  interrupted (Ctrl-C): one line, no traceback, no half-written output file
+A closed stdout (`| head -1`) is not an error: the work goes on and the exit code keeps
+its meaning.
+
+This module imports neither torch nor scipy, so `--help` and usage errors answer at once;
+each CLI imports its heavy modules after its arguments have been read.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import math
+import os
+import secrets
+import sys
+import tempfile
+import traceback
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+EXIT_OK, EXIT_VIOLATED, EXIT_USAGE, EXIT_INTERNAL, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+GIB = 2**30
+# Seeds feed numpy's SeedSequence and torch.manual_seed, and the code derives seed + 1, + 2,
+# ... from them: keep them in [0, 2³²) so every derived seed is valid for both.
+MAX_SEED = 2**32 - 1
+
+
+class UsageError(Exception):
+    """Bad input: reported on one line with exit code 2."""
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse whose errors raise UsageError (one line, exit 2), and which reads
+    '--eps -1e-3' as a value, so the validator can say what is allowed."""
+
+    def __init__(self, prog: str, description: str | None = None, **kw):
+        kw.setdefault("formatter_class", argparse.RawDescriptionHelpFormatter)
+        super().__init__(prog=prog, description=description, **kw)
+
+    def error(self, message):
+        raise UsageError(message)
+
+    def parse_args(self, args=None, namespace=None):
+        args = sys.argv[1:] if args is None else list(args)
+        return super().parse_args(_glue_negative_numbers(args), namespace)
+
+
+def _glue_negative_numbers(argv: list[str]) -> list[str]:
+    """argparse reads '--eps -1e-3' as two options; glue it to '--eps=-1e-3'. For a flag
+    with several values ('--seeds 0 -1') the negative one is kept apart but made visible
+    to argparse as a value by the same rule."""
+    out: list[str] = []
+    for token in argv:
+        if out and out[-1].startswith("--") and "=" not in out[-1] and _is_number(token) \
+                and token.startswith("-"):
+            out[-1] = f"{out[-1]}={token}"
+            continue
+        out.append(token)
+    return out
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+# --- validators: argparse `type=` functions, each names what it expects -----------------
+
+def positive_int(text: str) -> int:
+    value = _int(text, "a positive integer")
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def non_negative_int(text: str) -> int:
+    value = _int(text, "an integer ≥ 0")
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer ≥ 0, got {text!r}")
+    return value
+
+
+def seed(text: str) -> int:
+    value = _int(text, f"a seed in [0, {MAX_SEED}]")
+    if not 0 <= value <= MAX_SEED:
+        raise argparse.ArgumentTypeError(f"expected a seed in [0, {MAX_SEED}], got {text!r}")
+    return value
+
+
+def positive_float(text: str) -> float:
+    value = _float(text, "a positive finite number")
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"expected a positive finite number, got {text!r}")
+    return value
+
+
+def non_negative_float(text: str) -> float:
+    value = _float(text, "a finite number ≥ 0")
+    if not (math.isfinite(value) and value >= 0):
+        raise argparse.ArgumentTypeError(f"expected a finite number ≥ 0, got {text!r}")
+    return value
+
+
+def open_fraction(text: str) -> float:
+    """A fraction strictly between 0 and 1 (a held-out share, say)."""
+    value = _float(text, "a number strictly between 0 and 1")
+    if not 0 < value < 1:
+        raise argparse.ArgumentTypeError(f"expected a number strictly between 0 and 1, got {text!r}")
+    return value
+
+
+def _int(text: str, what: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
+
+
+def _float(text: str, what: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
+
+
+def add_common(p: argparse.ArgumentParser, *, threads_default: str) -> None:
+    """The flags every CLI has: --threads and --no-progress."""
+    p.add_argument("--threads", type=positive_int, default=None, metavar="N",
+                   help=f"torch threads (default: {threads_default})")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars on stderr")
+
+
+# --- output files ------------------------------------------------------------------------
+
+def prepare_out_dir(path: str | os.PathLike, flag: str, *, force: bool | None = None) -> Path:
+    """Check, before any work, that `path` can be the folder a CLI writes into: not an
+    existing file, creatable, writable. It is created here (an empty folder is all a
+    failed run can leave). With `force` False (the --save rule), a folder that already
+    holds files is refused; None (the --out rule) lets the CLI replace its own files."""
+    out = Path(path)
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"{flag} {str(out)!r} is an existing file, not a folder")
+    if force is False and out.is_dir() and any(out.iterdir()):
+        names = sorted(p.name for p in out.iterdir())
+        shown = ", ".join(names[:4]) + (", …" if len(names) > 4 else "")
+        raise UsageError(f"{flag} {str(out)!r} already holds files ({shown}); pass --force to "
+                         "replace them, or choose a new folder")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=out):
+            pass
+    except OSError as e:
+        reason = e.strerror or type(e).__name__
+        raise UsageError(f"{flag} {str(out)!r} cannot be written: {reason}") from None
+    return out
+
+
+@contextlib.contextmanager
+def atomic_path(final: str | os.PathLike) -> Iterator[Path]:
+    """Yield a temporary path beside `final`; rename it to `final` only when the block
+    finishes. An interrupted or failed write leaves no file under the final name (and no
+    temporary one either). The temporary name keeps the suffix, for writers that read it."""
+    final = Path(final)
+    # The name is chosen before the file exists, so a Ctrl-C at any point after this line
+    # knows what to remove.
+    tmp = final.parent / f".{final.stem}.{secrets.token_hex(6)}.partial{final.suffix}"
+    try:
+        os.close(os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666))  # the umask applies
+        yield tmp
+        os.replace(tmp, final)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def plain(value):
+    """JSON-able Python values: numpy scalars and arrays to numbers and lists, tuples to
+    lists, non-finite floats to None (JSON has no Infinity or NaN)."""
+    if isinstance(value, dict):
+        return {str(k): plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [plain(v) for v in value]
+    if hasattr(value, "tolist") and not isinstance(value, (str, bytes)):  # numpy
+        return plain(value.tolist())
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, os.PathLike):
+        return os.fspath(value)
+    return value
+
+
+def to_json(value, indent: int | None = 2) -> str:
+    """Strict JSON (allow_nan=False) of `plain(value)`."""
+    return json.dumps(plain(value), indent=indent, allow_nan=False)
+
+
+def write_text_atomic(final: str | os.PathLike, text: str) -> Path:
+    with atomic_path(final) as tmp:
+        tmp.write_text(text)
+    return Path(final)
+
+
+# --- stdout, threads, progress -------------------------------------------------------------
+
+def emit(text: str = "") -> None:
+    """print() that survives a closed pipe: the rest of the output is dropped, the work
+    and the exit code go on."""
+    try:
+        print(text, flush=True)
+    except BrokenPipeError:
+        _silence_stdout()
+
+
+def _silence_stdout() -> None:
+    # Point fd 1 at /dev/null so neither later prints nor the interpreter's final flush
+    # raise again.
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+
+
+def free_cores() -> int:
+    """Cores this process may use, less the 1-minute load average of the machine (≥ 1)."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        cores = os.cpu_count() or 1
+    try:
+        load = os.getloadavg()[0]
+    except OSError:
+        load = 0.0
+    return max(1, min(cores, math.floor(cores - load + 0.5)))
+
+
+def default_threads(threads_pay: bool) -> int:
+    """The measured default of every CLI's --threads: one thread unless the work is large
+    enough for threads to pay off, and then no more than the cores left free by other
+    work. On a busy 2-core machine a second thread made small runs 2–5× slower (torch's
+    threads spin while they wait for a core); on an idle one it made large runs 1.5×
+    faster (README, "Threads")."""
+    return free_cores() if threads_pay else 1
+
+
+def set_threads(n: int | None, default: int | None = None) -> int:
+    """Set torch's intra-op threads to n, else to `default`, else leave torch's choice.
+    Returns the number in use."""
+    import torch
+
+    if n is not None or default is not None:
+        torch.set_num_threads(n if n is not None else default)
+    return torch.get_num_threads()
+
+
+def progress(total: int | None = None, desc: str = "", enabled: bool | None = None, **kw):
+    """A tqdm bar on stderr with rate and ETA, shown only where stderr is a terminal
+    (enabled None), always (True) or never (False)."""
+    from tqdm.auto import tqdm
+
+    disable = (not sys.stderr.isatty()) if enabled is None else not enabled
+    return tqdm(total=total, desc=desc, disable=disable, leave=False, dynamic_ncols=True,
+                file=sys.stderr, **kw)
+
+
+@contextlib.contextmanager
+def phase(desc: str, enabled: bool | None = None) -> Iterator[None]:
+    """A one-step bar for a phase that has no natural count (building a network): it shows
+    the phase's name and elapsed time on a terminal while it runs."""
+    with progress(1, desc, enabled, bar_format="{desc}: {elapsed}") as bar:
+        yield
+        bar.update(1)
+
+
+# --- the one main ------------------------------------------------------------------------
+
+def main_of(prog: str, parse: Callable[[list[str]], object], work: Callable[[object], int],
+            argv: list[str] | None = None) -> int:
+    """Parse, then work, and turn every way of ending into its exit code (see the module
+    docstring). `parse` raises UsageError for bad input and must not start the work;
+    `work` returns 0 or 1 and may raise UsageError for what only the work can find out."""
+    try:
+        args = parse(sys.argv[1:] if argv is None else list(argv))
+        return work(args)
+    except UsageError as e:
+        _stderr(f"{prog}: error: {e} (see --help)")
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        _stderr(f"{prog}: interrupted; no output file was left half-written")
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        _silence_stdout()
+        return EXIT_OK
+    except MemoryError:
+        _stderr(f"{prog}: internal error: ran out of memory although the sizes passed the memory "
+                "check; please report this with the command line")
+        return EXIT_INTERNAL
+    except Exception:
+        traceback.print_exc()
+        _stderr(f"{prog}: internal error (a bug, not your input); please report the traceback above")
+        return EXIT_INTERNAL
+
+
+def _stderr(line: str) -> None:
+    with contextlib.suppress(OSError):
+        print(line, file=sys.stderr, flush=True)
