@@ -1,7 +1,24 @@
 """The theory figures, one module per figure; `python -m paper_figures` regenerates them.
 
-fig1_units_vs_eps       hidden units vs 1/ε (slope 1/2), counted on built networks
-fig2_units_vs_M         hidden units vs M: theorem, lean, memorization, number of tasks
-fig3_error_vs_eps       measured sup error and certificate vs ε, under y = ε
-fig4_where_error_lives  f − g over a slice of x for the worst task; per-task error / certificate
+fig1_units_vs_eps           hidden units vs 1/ε (slope 1/2), counted on built networks
+fig2_units_vs_M             hidden units vs M: theorem, lean, memorization, number of tasks
+fig3_error_vs_eps           measured sup error and certificate vs ε, under y = ε
+fig4_where_error_lives      f − g over a slice of x for the worst task; per-task error / certificate
+fig5_sgd_error_vs_size      SGD-trained MLPs vs the construction at equal size: sup error and RMSE
+                            on training and held-out tasks (slow: trains networks)
+fig6_sgd_r2_vs_tasks        held-out compositional R² of SGD-trained MLPs vs the number of training
+                            tasks (slow)
+fig7_probe_vs_r2            linear-probe R² for z vs held-out R², every SGD run of 5 and 6 (slow)
+fig8_constructions_vs_eps   hidden units and depth vs ε for every construction (shallow, exact, deep,
+                            optimal), with the memorization baseline
+
+This package imports nothing heavy: `python -m paper_figures --help` answers before torch
+or matplotlib is loaded.
 """
+
+from pathlib import Path
+
+# The committed, full-size figures; --quick writes its previews elsewhere (git-ignored), so a
+# smoke run never replaces them.
+DEFAULT_OUT = Path(__file__).resolve().parent / "output"
+PREVIEW_OUT = Path(__file__).resolve().parent / "preview"

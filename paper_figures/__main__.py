@@ -1,84 +1,68 @@
 """python -m paper_figures: regenerate the theory figures.
 
 Each figure is written as <name>.png, <name>.pdf and its data (<name>.csv: every plotted
-point; <name>.json: settings, fits, checks) into --out. Exit codes: 0 every figure's
-checks hold, 1 some figure's data contradict the theory, 2 usage error.
+point; <name>.json: settings, fits, checks) into --out: paper_figures/output/ by default,
+paper_figures/preview/ with --quick, whose tiny figures are marked PREVIEW on the picture
+and "preview": true in their JSON. Each file appears under its name only once complete.
+Exit codes: 0 every figure's checks hold, 1 some figure's data contradict the theory,
+2 usage error, 3 internal error, 130 interrupted.
 """
 
 from __future__ import annotations
 
-import argparse
+import importlib
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType
 from typing import NamedTuple
 
-import torch
+from paper_figures import DEFAULT_OUT, PREVIEW_OUT
+from verify import cli
+from verify.cli import UsageError
 
-from paper_figures import (
-    fig1_units_vs_eps,
-    fig2_units_vs_M,
-    fig3_error_vs_eps,
-    fig4_where_error_lives,
-    fig5_sgd_error_vs_size,
-    fig6_sgd_r2_vs_tasks,
-    fig7_probe_vs_r2,
-    fig8_constructions_vs_eps,
-)
-from paper_figures.common import DEFAULT_OUT, FigureResult
-from verify.bound import UsageError, positive_int
+# Figures are many small tensors: with more threads than free cores they run up to 10×
+# slower, so one thread unless told otherwise.
+DEFAULT_THREADS = 1
 
 
 class Entry(NamedTuple):
     name: str
-    make: Callable[..., FigureResult]  # make(out, *, quick, seed)
+    module: str  # imported only when the figure runs, so --help loads no torch or matplotlib
     slow: bool  # only with --slow (or --only): figures that train networks
 
 
 # Registration order is run order: figures 1 and 3 share one sweep, run once; figures 5–7
 # share the SGD runs of paper_figures.sgd_data (7 reads 5's and 6's), each trained once.
-FIGURES: list[Entry] = [
-    Entry(fig1_units_vs_eps.NAME, fig1_units_vs_eps.make, slow=False),
-    Entry(fig2_units_vs_M.NAME, fig2_units_vs_M.make, slow=False),
-    Entry(fig3_error_vs_eps.NAME, fig3_error_vs_eps.make, slow=False),
-    Entry(fig4_where_error_lives.NAME, fig4_where_error_lives.make, slow=False),
-    Entry(fig8_constructions_vs_eps.NAME, fig8_constructions_vs_eps.make, slow=False),
-    Entry(fig5_sgd_error_vs_size.NAME, fig5_sgd_error_vs_size.make, slow=True),
-    Entry(fig6_sgd_r2_vs_tasks.NAME, fig6_sgd_r2_vs_tasks.make, slow=True),
-    Entry(fig7_probe_vs_r2.NAME, fig7_probe_vs_r2.make, slow=True),
-]
+# Each module's NAME is its entry's name (tests/test_figures.py holds them to it).
+FIGURES: tuple[Entry, ...] = (
+    Entry("fig1_units_vs_eps", "paper_figures.fig1_units_vs_eps", slow=False),
+    Entry("fig2_units_vs_M", "paper_figures.fig2_units_vs_M", slow=False),
+    Entry("fig3_error_vs_eps", "paper_figures.fig3_error_vs_eps", slow=False),
+    Entry("fig4_where_error_lives", "paper_figures.fig4_where_error_lives", slow=False),
+    Entry("fig8_constructions_vs_eps", "paper_figures.fig8_constructions_vs_eps", slow=False),
+    Entry("fig5_sgd_error_vs_size", "paper_figures.fig5_sgd_error_vs_size", slow=True),
+    Entry("fig6_sgd_r2_vs_tasks", "paper_figures.fig6_sgd_r2_vs_tasks", slow=True),
+    Entry("fig7_probe_vs_r2", "paper_figures.fig7_probe_vs_r2", slow=True),
+)
 
 
-def non_negative_int(text: str) -> int:
-    """Seeds feed numpy's SeedSequence, which refuses negative numbers."""
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected an integer ≥ 0, got {text!r}")
-    return value
+def load(entry: Entry) -> ModuleType:
+    """The figure's module, whose make(out, *, quick, seed, progress) draws and writes it."""
+    return importlib.import_module(entry.module)
 
 
-class Parser(argparse.ArgumentParser):
-    def error(self, message):
-        raise UsageError(message)
-
-
-def build_parser() -> Parser:
-    p = Parser(prog="python -m paper_figures", description=__doc__,
-               formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--quick", action="store_true", help="tiny versions of every figure (a few seconds)")
+def build_parser() -> cli.Parser:
+    p = cli.Parser("python -m paper_figures", __doc__)
+    p.add_argument("--quick", action="store_true",
+                   help="tiny previews of every figure (a few seconds), marked PREVIEW")
     p.add_argument("--slow", action="store_true", help="also the figures registered as slow")
-    p.add_argument("--out", type=Path, default=DEFAULT_OUT, metavar="DIR",
-                   help=f"output folder (default {DEFAULT_OUT})")
+    p.add_argument("--out", type=Path, default=None, metavar="DIR",
+                   help=f"output folder (default {DEFAULT_OUT}; with --quick {PREVIEW_OUT})")
     p.add_argument("--only", nargs="+", metavar="NAME", default=None,
                    help="just these figures: " + ", ".join(e.name for e in FIGURES))
-    p.add_argument("--seed", type=non_negative_int, default=0, help="first teacher seed (default 0)")
-    p.add_argument("--threads", type=positive_int, default=1,
-                   help="torch threads (default 1: the work is many small tensors, and with more "
-                        "threads than free cores it runs up to 10x slower)")
+    p.add_argument("--seed", type=cli.seed, default=0, help="first teacher seed (default 0)")
+    cli.add_common(p, threads_default=str(DEFAULT_THREADS))
     return p
 
 
@@ -93,41 +77,50 @@ def select(args) -> list[Entry]:
     return [e for e in FIGURES if e.name in args.only]
 
 
-def parse_args(argv) -> tuple[argparse.Namespace, list[Entry]]:
-    args = build_parser().parse_args(sys.argv[1:] if argv is None else list(argv))
-    entries = select(args)
-    try:
-        args.out.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise UsageError(f"--out {str(args.out)!r} cannot be used as a folder: {e.strerror}") from None
-    return args, entries
+def parse_args(argv) -> object:
+    """The arguments, with `figures` (the entries to run, in order) and a usable `out`
+    folder, created here; nothing heavy is imported."""
+    args = build_parser().parse_args(argv)
+    args.figures = select(args)
+    if args.out is None:  # read at call time, so tests can point the defaults elsewhere
+        args.out = PREVIEW_OUT if args.quick else DEFAULT_OUT
+    args.out = cli.prepare_out_dir(args.out, "--out", force=None)
+    return args
 
 
-def main(argv=None) -> int:
-    try:
-        args, entries = parse_args(argv)
-    except UsageError as e:
-        print(f"paper_figures: error: {e} (see --help)", file=sys.stderr)
-        return 2
+def run_figure(entry: Entry, args, progress: bool | None):
+    """Draw and write one figure under a bar that shows its name and elapsed time."""
+    with cli.phase(entry.name, progress):
+        return load(entry).make(args.out, quick=args.quick, seed=args.seed, progress=progress)
+
+
+def work(args) -> int:
+    import torch
+
+    progress = False if args.no_progress else None
     threads = torch.get_num_threads()
-    torch.set_num_threads(args.threads)
+    cli.set_threads(args.threads, DEFAULT_THREADS)
     failed = []
     try:
-        for entry in entries:
+        for entry in args.figures:
             start = time.perf_counter()
-            result = entry.make(args.out, quick=args.quick, seed=args.seed)
+            result = run_figure(entry, args, progress)
             seconds = time.perf_counter() - start
             files = ", ".join(f.name for f in result.files)
-            print(f"{entry.name}: {files} in {args.out}  ({seconds:.1f} s)", flush=True)
+            cli.emit(f"{entry.name}: {files} in {args.out}  ({seconds:.1f} s)")
             for check, ok in result.checks.items():
                 if not ok:
-                    print(f"  FAIL {check}", flush=True)
+                    cli.emit(f"  FAIL {check}")
                     failed.append(f"{entry.name}: {check}")
     finally:
         torch.set_num_threads(threads)  # main() also runs in-process, from the tests
     if failed:
         print(f"{len(failed)} check(s) failed: the data contradict the theory", file=sys.stderr)
-    return 1 if failed else 0
+    return cli.EXIT_VIOLATED if failed else cli.EXIT_OK
+
+
+def main(argv=None) -> int:
+    return cli.main_of("paper_figures", parse_args, work, argv)
 
 
 if __name__ == "__main__":

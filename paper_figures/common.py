@@ -6,6 +6,9 @@ histogram, one row per point (tidy), with `panel` and `series` columns naming wh
 was drawn; `<stem>.json` holds what is not a point: the configuration, slope fits,
 checks, and arrays such as a heat map's grid. A plotted artist carries its series name
 as its matplotlib `gid`, which is how tests match the picture to the data file.
+
+Every file is written under a temporary name and renamed when complete, so an
+interrupted run (Ctrl-C) leaves no truncated file under a figure's name.
 """
 
 from __future__ import annotations
@@ -28,10 +31,15 @@ matplotlib.use("Agg")
 
 from matplotlib.figure import Figure  # noqa: E402
 
-DEFAULT_OUT = Path(__file__).resolve().parent / "output"
+from verify import cli  # noqa: E402
+
 PNG_DPI = 150
 COLOURS = ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown")
 MARKERS = ("o", "s", "^", "D", "v", "P")
+# Drawn across every --quick figure: its sizes are too small to show the paper's trends,
+# and a preview must not pass for the real figure once it is copied out of its folder.
+PREVIEW_TEXT = "PREVIEW (--quick): tiny sizes, not the paper's figure"
+PREVIEW_GID = "preview"
 
 
 @dataclass
@@ -42,6 +50,7 @@ class FigureResult:
     meta: dict  # everything else, written as <name>.json
     checks: dict[str, bool] = field(default_factory=dict)  # theory claims the data must meet
     files: list[Path] = field(default_factory=list)
+    preview: bool = False  # a --quick figure: marked as such on the picture and in the JSON
 
     @property
     def passed(self) -> bool:
@@ -113,27 +122,49 @@ def read_csv(path: Path) -> list[dict]:
         return [{k: (parse(v) if v != "" else v) for k, v in r.items()} for r in csv.DictReader(f)]
 
 
+def mark_preview(figure: Figure) -> None:
+    """Write PREVIEW_TEXT across the figure, once, above everything drawn."""
+    if any(t.get_gid() == PREVIEW_GID for t in figure.texts):
+        return
+    width, height = figure.get_size_inches()
+    # Scaled with the figure, so it spans a 7×5 and a 12×5 figure alike without leaving it.
+    figure.text(0.5, 0.5, PREVIEW_TEXT.replace(": ", ":\n", 1), gid=PREVIEW_GID, ha="center", va="center",
+                rotation=25, fontsize=3.0 * math.sqrt(width * height), fontweight="bold", color="tab:red",
+                alpha=0.35, zorder=1000, linespacing=1.6)
+
+
 def save(result: FigureResult, out: Path) -> list[Path]:
-    """PNG, PDF, CSV (if there are rows) and JSON, all named after the figure."""
+    """PNG, PDF, CSV (if there are rows) and JSON, all named after the figure. Each goes
+    through a temporary file renamed when complete; the JSON comes last, so a figure
+    whose JSON is there has all its files."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
+    if result.preview:
+        mark_preview(result.figure)
     stem = out / result.name
     files = [stem.with_suffix(".png"), stem.with_suffix(".pdf")]
-    result.figure.savefig(files[0], dpi=PNG_DPI)
-    result.figure.savefig(files[1])
+    # The temporary names end in .partial.png and so on; `format=` says what to write anyway.
+    with cli.atomic_path(files[0]) as tmp:
+        result.figure.savefig(tmp, format="png", dpi=PNG_DPI)
+    with cli.atomic_path(files[1]) as tmp:
+        result.figure.savefig(tmp, format="pdf")
     if result.rows:
         files.append(stem.with_suffix(".csv"))
-        write_csv(files[-1], result.rows)
+        with cli.atomic_path(files[-1]) as tmp:
+            write_csv(tmp, result.rows)
     files.append(stem.with_suffix(".json"))
-    payload = dict(figure=result.name, checks=result.checks, passed=result.passed) | result.meta
-    files[-1].write_text(json.dumps(to_plain(payload), indent=1, allow_nan=False) + "\n")
+    payload = dict(figure=result.name, preview=result.preview, checks=result.checks,
+                   passed=result.passed) | result.meta
+    cli.write_text_atomic(files[-1], json.dumps(to_plain(payload), indent=1, allow_nan=False) + "\n")
     result.files = files
     return files
 
 
-def finish(name: str, figure: Figure, rows: list[dict], meta: dict, out: Path) -> FigureResult:
-    """A figure's record, its checks taken out of `meta`, written to `out` (see `save`)."""
-    result = FigureResult(name, figure, rows, meta, checks=meta.pop("checks"))
+def finish(name: str, figure: Figure, rows: list[dict], meta: dict, out: Path, *,
+           preview: bool = False) -> FigureResult:
+    """A figure's record, its checks taken out of `meta`, written to `out` (see `save`);
+    `preview` for a --quick figure."""
+    result = FigureResult(name, figure, rows, meta, checks=meta.pop("checks"), preview=preview)
     save(result, out)
     return result
 

@@ -28,9 +28,9 @@ def leading_term(I: int, H: int, C: float, a: float, eps) -> np.ndarray:
     return 2 * I * H * np.sqrt(I * C * a / np.asarray(eps, float))
 
 
-def compute(p: sweep_data.SweepPlan) -> tuple[list[dict], dict]:
+def compute(p: sweep_data.SweepPlan, progress: bool | None = None) -> tuple[list[dict], dict]:
     sc = p.sweep
-    sweep = [r for r in sweep_data.sweep_rows(p) if r["variant"] == "theorem"]
+    sweep = [r for r in sweep_data.sweep_rows(p, progress) if r["variant"] == "theorem"]
     I, H = sc.I, sc.H
     # C is a-priori (seed-free) and a is shared across M per seed: the continuous curves
     # use a's mean over the seeds, the markers each their own seed's a.
@@ -111,7 +111,7 @@ def plot(rows: list[dict], meta: dict, sc):
     return fig
 
 
-def make(out: Path, *, quick: bool = False, seed: int = 0) -> FigureResult:
+def make(out: Path, *, quick: bool = False, seed: int = 0, progress: bool | None = None) -> FigureResult:
     p = sweep_data.plan(quick, seed)
-    rows, meta = compute(p)
-    return finish(NAME, plot(rows, meta, p.sweep), rows, meta, out)
+    rows, meta = compute(p, progress)
+    return finish(NAME, plot(rows, meta, p.sweep), rows, meta, out, preview=quick)

@@ -132,8 +132,10 @@ def config(quick: bool, seed: int) -> Config:
     return replace(QUICK if quick else Config(), seed=seed)
 
 
-def make(out: Path, *, quick: bool = False, seed: int = 0) -> FigureResult:
+def make(out: Path, *, quick: bool = False, seed: int = 0, progress: bool | None = None) -> FigureResult:
+    # `progress` is unused: this figure builds networks but measures none, and its bar is
+    # the one __main__ shows for every figure.
     cfg = config(quick, seed)
     rows, meta = compute(cfg)
-    return finish(NAME, plot(rows, meta, cfg), rows, meta, out)
+    return finish(NAME, plot(rows, meta, cfg), rows, meta, out, preview=quick)
 

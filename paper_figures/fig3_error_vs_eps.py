@@ -18,10 +18,10 @@ NAME = "fig3_error_vs_eps"
 ERROR_FIT = "log measured vs log N"
 
 
-def compute(p: sweep_data.SweepPlan) -> tuple[list[dict], dict]:
+def compute(p: sweep_data.SweepPlan, progress: bool | None = None) -> tuple[list[dict], dict]:
     sc = p.sweep
     # Both variants compute the same function and share one measurement: keep one.
-    sweep = [r for r in sweep_data.sweep_rows(p) if r["variant"] == "theorem"]
+    sweep = [r for r in sweep_data.sweep_rows(p, progress) if r["variant"] == "theorem"]
     rows: list[dict] = []
     for M in sc.M:
         pts = [r for r in sweep if r["M"] == M]
@@ -78,7 +78,7 @@ def plot(rows: list[dict], meta: dict, sc):
     return fig
 
 
-def make(out: Path, *, quick: bool = False, seed: int = 0) -> FigureResult:
+def make(out: Path, *, quick: bool = False, seed: int = 0, progress: bool | None = None) -> FigureResult:
     p = sweep_data.plan(quick, seed)
-    rows, meta = compute(p)
-    return finish(NAME, plot(rows, meta, p.sweep), rows, meta, out)
+    rows, meta = compute(p, progress)
+    return finish(NAME, plot(rows, meta, p.sweep), rows, meta, out, preview=quick)

@@ -60,14 +60,14 @@ def error_slice(net, teacher, x_star: np.ndarray, z_star: np.ndarray, o: int, gr
     return axis, diff[:, o].numpy().reshape(grid, grid)
 
 
-def compute(cfg: Config) -> tuple[list[dict], dict]:
+def compute(cfg: Config, progress: bool | None = None) -> tuple[list[dict], dict]:
     teacher = sample_hyperteacher(HyperteacherConfig(I=cfg.I, H=cfg.H, O=cfg.O, M=cfg.M, K=cfg.K,
                                                      weights=cfg.weights, seed=cfg.seed))
     net = build_construction(teacher, cfg.eps)
     cert, floor = net.certificate(), net.rounding_floor()
     est = measure_sup_error(net, teacher, points_per_task=cfg.points_per_task,
                             refine_steps=cfg.refine_steps, grid_points=cfg.measure_grid, seed=cfg.seed,
-                            progress=False)
+                            progress=progress)
     x_star, z_star = est.x, est.z
     with torch.no_grad():
         z, x = torch.as_tensor(z_star[None]), torch.as_tensor(x_star[None])
@@ -146,7 +146,7 @@ def config(quick: bool, seed: int) -> Config:
     return replace(QUICK if quick else Config(), seed=seed)
 
 
-def make(out: Path, *, quick: bool = False, seed: int = 0) -> FigureResult:
+def make(out: Path, *, quick: bool = False, seed: int = 0, progress: bool | None = None) -> FigureResult:
     cfg = config(quick, seed)
-    rows, meta = compute(cfg)
-    return finish(NAME, plot(rows, meta, cfg), rows, meta, out)
+    rows, meta = compute(cfg, progress)
+    return finish(NAME, plot(rows, meta, cfg), rows, meta, out, preview=quick)

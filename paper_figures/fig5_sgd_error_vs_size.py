@@ -27,8 +27,8 @@ def series_name(metric: str, network: str, side: str) -> str:
     return f"{metric} {network} {side}"
 
 
-def compute(p: sgd_data.SgdPlan) -> tuple[list[dict], dict]:
-    reports = sgd_data.size_reports(p)
+def compute(p: sgd_data.SgdPlan, progress: bool | None = None) -> tuple[list[dict], dict]:
+    reports = sgd_data.size_reports(p, progress)
     networks = ["construction", *(f"sgd {s}" for s in p.shapes)]
     rows: list[dict] = []
     for panel, metric, key, _ in METRICS:
@@ -104,7 +104,7 @@ def plot(rows: list[dict], meta: dict, p: sgd_data.SgdPlan):
     return fig
 
 
-def make(out: Path, *, quick: bool = False, seed: int = 0) -> FigureResult:
+def make(out: Path, *, quick: bool = False, seed: int = 0, progress: bool | None = None) -> FigureResult:
     p = sgd_data.plan(quick, seed)
-    rows, meta = compute(p)
-    return finish(NAME, plot(rows, meta, p), rows, meta, out)
+    rows, meta = compute(p, progress)
+    return finish(NAME, plot(rows, meta, p), rows, meta, out, preview=quick)

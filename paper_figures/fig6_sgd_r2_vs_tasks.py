@@ -32,8 +32,8 @@ def networks(p: sgd_data.SgdPlan) -> list[tuple[str, str]]:
     return [(f"sgd {s}", side) for s in p.shapes for side, _ in SIDES] + [("construction", "held_out")]
 
 
-def compute(p: sgd_data.SgdPlan) -> tuple[list[dict], dict]:
-    reports = sgd_data.task_reports(p)
+def compute(p: sgd_data.SgdPlan, progress: bool | None = None) -> tuple[list[dict], dict]:
+    reports = sgd_data.task_reports(p, progress)
     rows: list[dict] = []
     dropped = []
     for panel in ("a", "b"):
@@ -117,7 +117,7 @@ def plot(rows: list[dict], meta: dict, p: sgd_data.SgdPlan):
     return fig
 
 
-def make(out: Path, *, quick: bool = False, seed: int = 0) -> FigureResult:
+def make(out: Path, *, quick: bool = False, seed: int = 0, progress: bool | None = None) -> FigureResult:
     p = sgd_data.plan(quick, seed)
-    rows, meta = compute(p)
-    return finish(NAME, plot(rows, meta, p), rows, meta, out)
+    rows, meta = compute(p, progress)
+    return finish(NAME, plot(rows, meta, p), rows, meta, out, preview=quick)

@@ -56,8 +56,8 @@ def point(r: dict, row: dict, series: str) -> dict | None:
                 figures=" ".join(r["figures"]))
 
 
-def compute(p: sgd_data.SgdPlan) -> tuple[list[dict], dict]:
-    reports = sgd_data.all_reports(p)
+def compute(p: sgd_data.SgdPlan, progress: bool | None = None) -> tuple[list[dict], dict]:
+    reports = sgd_data.all_reports(p, progress)
     sizes = sorted({r["rows"][0]["hidden_units"] for r in reports})
     rows: list[dict] = []
     dropped = 0
@@ -134,7 +134,7 @@ def plot(rows: list[dict], meta: dict, p: sgd_data.SgdPlan):
     return fig
 
 
-def make(out: Path, *, quick: bool = False, seed: int = 0) -> FigureResult:
+def make(out: Path, *, quick: bool = False, seed: int = 0, progress: bool | None = None) -> FigureResult:
     p = sgd_data.plan(quick, seed)
-    rows, meta = compute(p)
-    return finish(NAME, plot(rows, meta, p), rows, meta, out)
+    rows, meta = compute(p, progress)
+    return finish(NAME, plot(rows, meta, p), rows, meta, out, preview=quick)

@@ -13,7 +13,6 @@ both figures ask for (same ε and split) is trained once: reports are cached by 
 from __future__ import annotations
 
 import copy
-import functools
 from dataclasses import dataclass, replace
 
 import verify.sgd
@@ -62,34 +61,46 @@ def argv(p: SgdPlan, eps: float, held_out: float) -> tuple[str, ...]:
     return ("--I", str(p.I), "--H", str(p.H), "--O", str(p.O), "--M", str(p.M), "--K", str(p.K),
             "--eps", repr(eps), "--split", "random", "--held-out", repr(held_out),
             "--shapes", *p.shapes, "--steps", str(p.steps), "--eval-samples", str(p.eval_samples),
-            "--seed", str(p.seed), "--no-progress")
+            "--seed", str(p.seed))
 
 
-@functools.lru_cache(maxsize=32)
-def _report(args: tuple[str, ...]) -> dict:
-    return verify.sgd.run(verify.sgd.parse_args(list(args)))
+# verify.sgd's reports by their arguments. A plain dict rather than lru_cache, so that how
+# a run shows its training bars (--no-progress or not) is not part of the key.
+_REPORTS: dict[tuple[str, ...], dict] = {}
 
 
-def report(p: SgdPlan, eps: float, held_out: float) -> dict:
-    """verify.sgd's report for one run, with its arguments (a copy: callers may annotate it)."""
+def clear_cache() -> None:
+    _REPORTS.clear()
+
+
+def _report(args: tuple[str, ...], progress: bool | None) -> dict:
+    if args not in _REPORTS:
+        flags = ["--no-progress"] if progress is False else []
+        _REPORTS[args] = verify.sgd.run(verify.sgd.parse_args([*args, *flags]))
+    return _REPORTS[args]
+
+
+def report(p: SgdPlan, eps: float, held_out: float, progress: bool | None = None) -> dict:
+    """verify.sgd's report for one run, with its arguments (a copy: callers may annotate it).
+    The run trains once per process, showing its bars on a terminal unless progress is False."""
     args = argv(p, eps, held_out)
-    return copy.deepcopy(_report(args)) | dict(eps=eps, held_out=held_out, argv=list(args))
+    return copy.deepcopy(_report(args, progress)) | dict(eps=eps, held_out=held_out, argv=list(args))
 
 
-def size_reports(p: SgdPlan) -> list[dict]:
+def size_reports(p: SgdPlan, progress: bool | None = None) -> list[dict]:
     """Figure 5: one report per ε (growing network size) at the split size_held_out."""
-    return [report(p, eps, p.size_held_out) for eps in p.size_eps]
+    return [report(p, eps, p.size_held_out, progress) for eps in p.size_eps]
 
 
-def task_reports(p: SgdPlan) -> list[dict]:
+def task_reports(p: SgdPlan, progress: bool | None = None) -> list[dict]:
     """Figure 6: one report per held-out fraction (fewest training tasks first) at tasks_eps."""
-    return [report(p, p.tasks_eps, f) for f in sorted(p.held_out, reverse=True)]
+    return [report(p, p.tasks_eps, f, progress) for f in sorted(p.held_out, reverse=True)]
 
 
-def all_reports(p: SgdPlan) -> list[dict]:
+def all_reports(p: SgdPlan, progress: bool | None = None) -> list[dict]:
     """Figure 7: every distinct run of figures 5 and 6, each once, tagged with its figures."""
     out: dict[tuple[str, ...], dict] = {}
-    for figure, reports in (("fig5", size_reports(p)), ("fig6", task_reports(p))):
+    for figure, reports in (("fig5", size_reports(p, progress)), ("fig6", task_reports(p, progress))):
         for r in reports:
             key = tuple(r["argv"])
             out.setdefault(key, r | dict(figures=[]))["figures"].append(figure)

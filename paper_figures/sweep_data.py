@@ -7,7 +7,6 @@ measuring every point once halves the default run's time.
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass, replace
 
 from verify.sweep import FAST_MEASURE, SweepConfig, run_sweep
@@ -42,11 +41,14 @@ def plan(quick: bool, seed: int) -> SweepPlan:
     return replace(base, sweep=replace(base.sweep, seeds=seeds))
 
 
-@functools.lru_cache(maxsize=4)
-def _rows(p: SweepPlan) -> tuple[dict, ...]:
-    return tuple(run_sweep(p.sweep, measure=dict(p.measure), progress=False))
+# One sweep per plan and process; a plain dict rather than lru_cache, so that `progress`
+# (how the first caller shows the sweep) is not part of the key.
+_ROWS: dict[SweepPlan, tuple[dict, ...]] = {}
 
 
-def sweep_rows(p: SweepPlan) -> list[dict]:
-    """run_sweep's rows for the plan (copies: callers may annotate them)."""
-    return [dict(r) for r in _rows(p)]
+def sweep_rows(p: SweepPlan, progress: bool | None = None) -> list[dict]:
+    """run_sweep's rows for the plan (copies: callers may annotate them). The sweep runs on
+    the first call only, with a bar (see verify.cli.progress) unless progress is False."""
+    if p not in _ROWS:
+        _ROWS[p] = tuple(run_sweep(p.sweep, measure=dict(p.measure), progress=progress))
+    return [dict(r) for r in _ROWS[p]]

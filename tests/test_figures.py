@@ -3,6 +3,8 @@
 import json
 import subprocess
 import sys
+import types
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -13,6 +15,7 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import StepPatch
 
 import paper_figures.__main__ as cli
+from paper_figures import common
 from paper_figures.common import FigureResult, read_csv, select
 
 TOL = dict(rtol=1e-12, atol=1e-12)
@@ -25,7 +28,7 @@ def made(tmp_path_factory):
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # as the CLI does: small tensors, possibly shared cores
     try:
-        return out, {e.name: e.make(out, quick=True, seed=0) for e in cli.FIGURES}
+        return out, {e.name: cli.load(e).make(out, quick=True, seed=0, progress=False) for e in cli.FIGURES}
     finally:
         torch.set_num_threads(threads)
 
@@ -38,6 +41,8 @@ def artists(fig):
 def test_every_figure_is_written_as_png_pdf_and_data(made):
     out, results = made
     assert [e.name for e in cli.FIGURES] == list(results)
+    for entry in cli.FIGURES:  # the registry names each figure without importing its module
+        assert cli.load(entry).NAME == entry.name == results[entry.name].name
     for name, result in results.items():
         paths = {p.suffix: p for p in result.files}
         assert set(paths) == {".png", ".pdf", ".csv", ".json"}, name
@@ -46,6 +51,14 @@ def test_every_figure_is_written_as_png_pdf_and_data(made):
         assert paths[".pdf"].read_bytes()[:5] == b"%PDF-"
         meta = json.loads(paths[".json"].read_text())
         assert meta["figure"] == name and meta["passed"] and all(meta["checks"].values()), meta["checks"]
+
+
+def test_every_quick_figure_is_marked_as_a_preview(made):
+    out, results = made
+    for name, result in results.items():
+        assert json.loads((out / f"{name}.json").read_text())["preview"] is True
+        marks = [t.get_text() for t in result.figure.texts if "PREVIEW" in t.get_text()]
+        assert len(marks) == 1 and "not the paper's figure" in marks[0], name
 
 
 def test_every_plotted_line_is_in_the_csv_and_every_csv_series_is_plotted(made):
@@ -112,48 +125,162 @@ def test_main_prints_one_line_per_figure(capsys, tmp_path):
 
 
 def fake(name, calls):
-    def make(out, *, quick, seed):
-        calls.append((name, quick, seed))
+    def make(out, *, quick, seed, progress):
+        calls.append((name, quick, seed, progress))
         return FigureResult(name, Figure(), [], {}, files=[out / f"{name}.png"])
     return make
 
 
+def register(monkeypatch, *figures):
+    """Make FIGURES these (name, make, slow) figures, each in a module of its own, as
+    main() imports them."""
+    entries = []
+    for name, make, slow in figures:
+        module = types.ModuleType(f"fake_figure_{name}")
+        module.NAME, module.make = name, make
+        monkeypatch.setitem(sys.modules, module.__name__, module)
+        entries.append(cli.Entry(name, module.__name__, slow))
+    monkeypatch.setattr(cli, "FIGURES", tuple(entries))
+
+
 def test_slow_figures_run_only_when_asked(capsys, tmp_path, monkeypatch):
     calls = []
-    monkeypatch.setattr(cli, "FIGURES", [cli.Entry("fast", fake("fast", calls), slow=False),
-                                         cli.Entry("slow", fake("slow", calls), slow=True)])
+    register(monkeypatch, ("fast", fake("fast", calls), False), ("slow", fake("slow", calls), True))
     for argv, expected in ([[], ["fast"]], [["--slow"], ["fast", "slow"]], [["--only", "slow"], ["slow"]]):
         calls.clear()
         assert cli.main([*argv, "--quick", "--seed", "7", "--out", str(tmp_path)]) == 0
-        assert calls == [(n, True, 7) for n in expected]
+        assert calls == [(n, True, 7, None) for n in expected]  # None: bars only on a terminal
+    calls.clear()
+    assert cli.main(["--no-progress", "--out", str(tmp_path)]) == 0
+    assert calls == [("fast", False, 0, False)]
     capsys.readouterr()
 
 
 def test_a_failed_check_exits_1(capsys, tmp_path, monkeypatch):
-    def failing(out, *, quick, seed):
+    def failing(out, *, quick, seed, progress):
         return FigureResult("bad", Figure(), [], {}, checks={"measured <= certificate": False})
-    monkeypatch.setattr(cli, "FIGURES", [cli.Entry("bad", failing, slow=False)])
+    register(monkeypatch, ("bad", failing, False))
     assert cli.main(["--out", str(tmp_path)]) == 1
     out, err = capsys.readouterr()
     assert "FAIL measured <= certificate" in out and "contradict" in err
 
 
+def test_ctrl_c_exits_130_with_one_line(capsys, tmp_path, monkeypatch):
+    def interrupted(out, *, quick, seed, progress):
+        raise KeyboardInterrupt
+    register(monkeypatch, ("ctrl_c", interrupted, False))
+    assert cli.main(["--out", str(tmp_path)]) == 130
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1 and "interrupted" in err and "Traceback" not in err
+
+
 @pytest.mark.parametrize("argv,message", [
     (["--only", "fig9_nope"], "unknown figure"), (["--frobnicate"], "unrecognized"),
-    (["--seed", "-1"], "integer ≥ 0"), (["--seed", "x"], "integer ≥ 0"),
+    (["--seed", "-1"], "seed in [0, "), (["--seed", "x"], "seed in [0, "),
     (["--threads", "0"], "positive integer"), (["--only"], "expected at least one"),
+    (["--out", "FILE"], "is an existing file"), (["--quick", "--out", "FILE"], "is an existing file"),
 ])
-def test_bad_input_gets_one_line_and_exit_2(capsys, argv, message):
-    assert cli.main(argv) == 2
+def test_bad_input_gets_one_line_and_exit_2(capsys, tmp_path, argv, message):
+    a_file = tmp_path / "not_a_folder"
+    a_file.write_text("")
+    assert cli.main([str(a_file) if a == "FILE" else a for a in argv]) == 2
     out, err = capsys.readouterr()
     assert out == "" and message in err and err.count("\n") == 1 and "Traceback" not in err
+    assert err.startswith("paper_figures: error: ")
+    assert [p.name for p in tmp_path.iterdir()] == ["not_a_folder"]  # refused before any work
 
 
-def test_out_that_is_a_file_exits_2(capsys, tmp_path):
-    path = tmp_path / "not_a_folder"
-    path.write_text("")
-    assert cli.main(["--quick", "--out", str(path)]) == 2
-    assert "--out" in capsys.readouterr().err
+def test_help_and_usage_errors_import_no_torch_matplotlib_or_scipy():
+    code = (
+        "import sys\n"
+        "import paper_figures.__main__ as m\n"
+        "try:\n"
+        "    m.main(['--help'])\n"
+        "except SystemExit as e:\n"
+        "    assert e.code == 0, e.code\n"
+        "assert m.main(['--only', 'nope']) == 2\n"
+        "print('heavy:', sorted(n for n in ('torch', 'matplotlib', 'scipy') if n in sys.modules))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "--no-progress" in proc.stdout and proc.stdout.splitlines()[-1] == "heavy: []"
+
+
+def test_quick_writes_into_the_preview_folder_never_into_output(capsys, tmp_path, monkeypatch):
+    monkeypatch.setattr(cli, "DEFAULT_OUT", tmp_path / "output")
+    monkeypatch.setattr(cli, "PREVIEW_OUT", tmp_path / "preview")
+    assert cli.main(["--quick", "--only", "fig2_units_vs_M"]) == 0
+    assert not (tmp_path / "output").exists()
+    assert {p.suffix for p in (tmp_path / "preview").iterdir()} == {".png", ".pdf", ".csv", ".json"}
+    assert json.loads((tmp_path / "preview" / "fig2_units_vs_M.json").read_text())["preview"] is True
+    assert str(tmp_path / "preview") in capsys.readouterr().out
+    # Without --quick the committed folder is the default; an explicit --out wins over both.
+    assert cli.parse_args([]).out == tmp_path / "output"
+    assert cli.parse_args(["--quick", "--out", str(tmp_path / "mine")]).out == tmp_path / "mine"
+
+
+def test_a_full_size_figure_is_not_marked_as_a_preview(tmp_path):
+    fig, axes = common.new_figure()
+    axes[0, 0].plot([0, 1], [0, 1])
+    common.save(FigureResult("full", fig, [], {}), tmp_path)
+    assert json.loads((tmp_path / "full.json").read_text())["preview"] is False
+    assert not [t for t in fig.texts if "PREVIEW" in t.get_text()]
+
+
+def partial_files(folder: Path) -> list[str]:
+    return [p.name for p in folder.iterdir() if ".partial" in p.name]
+
+
+@pytest.mark.parametrize("breaks", ["pdf", "csv"])
+def test_an_interrupted_save_leaves_no_file_half_written(tmp_path, monkeypatch, breaks):
+    """Ctrl-C in the middle of writing the PDF (or the CSV): what was written before is
+    whole, the file being written appears under no name, and nothing after it is written."""
+    savefig, write_csv = Figure.savefig, common.write_csv
+
+    def half_then_interrupt(path):
+        Path(path).write_bytes(b"%PDF-1.4 half of a file")
+        raise KeyboardInterrupt
+
+    def breaking_savefig(self, fname, **kw):
+        if Path(fname).suffix == ".pdf" and breaks == "pdf":
+            half_then_interrupt(fname)
+        return savefig(self, fname, **kw)
+
+    def breaking_write_csv(path, rows):
+        if breaks == "csv":
+            half_then_interrupt(path)
+        return write_csv(path, rows)
+
+    monkeypatch.setattr(Figure, "savefig", breaking_savefig)
+    monkeypatch.setattr(common, "write_csv", breaking_write_csv)
+    fig, axes = common.new_figure()
+    rows = [dict(panel="a", series="line", x=0.0, y=1.0), dict(panel="a", series="line", x=1.0, y=2.0)]
+    common.plot_series(axes[0, 0], rows, "line", "a")
+    with pytest.raises(KeyboardInterrupt):
+        common.save(FigureResult("fig", fig, rows, {}, preview=True), tmp_path)
+    written = {"pdf": ["fig.png"], "csv": ["fig.pdf", "fig.png"]}[breaks]
+    assert sorted(p.name for p in tmp_path.iterdir()) == written
+    assert partial_files(tmp_path) == []
+    assert (tmp_path / "fig.png").read_bytes().endswith(b"IEND\xaeB`\x82")
+    if breaks == "csv":
+        assert (tmp_path / "fig.pdf").read_bytes().rstrip().endswith(b"%%EOF")
+
+
+def test_a_closed_pipe_ends_quietly_and_every_figure_is_written(tmp_path):
+    """As `| head -1`: the reader leaves after the first line. The figures after it are
+    still drawn and written, with no traceback, and the exit code is still 0."""
+    names = ["fig2_units_vs_M", "fig4_where_error_lives", "fig8_constructions_vs_eps"]  # cheap, run order
+    argv = [sys.executable, "-m", "paper_figures", "--quick", "--only", *names, "--out", str(tmp_path)]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    first = proc.stdout.readline()
+    proc.stdout.close()  # the next line (the second figure's) meets a closed pipe
+    _, stderr = proc.communicate(timeout=300)
+    assert first.startswith("fig2_units_vs_M: ")
+    assert proc.returncode == 0, stderr
+    assert "Traceback" not in stderr and "BrokenPipe" not in stderr
+    for name in names:
+        assert json.loads((tmp_path / f"{name}.json").read_text())["passed"], name
+        assert (tmp_path / f"{name}.pdf").read_bytes().rstrip().endswith(b"%%EOF"), name
 
 
 def test_module_entry_point_exits_2_on_bad_input():
@@ -170,7 +297,7 @@ SGD_FIGURES = ["fig5_sgd_error_vs_size", "fig6_sgd_r2_vs_tasks", "fig7_probe_vs_
 
 def test_sgd_figures_are_slow_left_out_by_default_and_run_with_slow(tmp_path):
     assert {e.name for e in cli.FIGURES if e.slow} == set(SGD_FIGURES)
-    names = lambda argv: [e.name for e in cli.parse_args([*argv, "--out", str(tmp_path)])[1]]  # noqa: E731
+    names = lambda argv: [e.name for e in cli.parse_args([*argv, "--out", str(tmp_path)]).figures]  # noqa: E731
     assert not set(SGD_FIGURES) & set(names([])) and names([]) == [e.name for e in cli.FIGURES if not e.slow]
     assert names(["--slow"]) == [e.name for e in cli.FIGURES]
     assert names(["--only", *SGD_FIGURES[::-1]]) == SGD_FIGURES  # registry order: 7 reuses 5's and 6's runs
@@ -184,13 +311,13 @@ def test_sgd_runs_are_trained_once_and_shared(monkeypatch):
 
     calls = []
     monkeypatch.setattr(verify.sgd, "run", lambda args: calls.append(vars(args)) or dict(rows=[]))
-    sgd_data._report.cache_clear()
+    sgd_data.clear_cache()
     try:
         p = sgd_data.plan(quick=True, seed=5)
-        reports = sgd_data.all_reports(p)
-        sgd_data.size_reports(p), sgd_data.task_reports(p)
+        reports = sgd_data.all_reports(p, progress=False)
+        sgd_data.size_reports(p), sgd_data.task_reports(p)  # bars or not, the cached runs serve
     finally:
-        sgd_data._report.cache_clear()  # the fakes must not reach the figures
+        sgd_data.clear_cache()  # the fakes must not reach the figures
     runs = {(e, p.size_held_out) for e in p.size_eps} | {(p.tasks_eps, f) for f in p.held_out}
     assert len(calls) == len(reports) == len(runs) < len(p.size_eps) + len(p.held_out)
     assert {(c["eps"], c["held_out"]) for c in calls} == runs

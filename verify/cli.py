@@ -24,6 +24,7 @@ import os
 import secrets
 import sys
 import tempfile
+import threading
 import traceback
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -277,11 +278,22 @@ def progress(total: int | None = None, desc: str = "", enabled: bool | None = No
 
 @contextlib.contextmanager
 def phase(desc: str, enabled: bool | None = None) -> Iterator[None]:
-    """A one-step bar for a phase that has no natural count (building a network): it shows
-    the phase's name and elapsed time on a terminal while it runs."""
+    """A bar for a phase that has no natural count (building a network): it shows the
+    phase's name and elapsed time on a terminal while it runs, redrawn every second by a
+    daemon thread (tqdm only redraws on updates)."""
     with progress(1, desc, enabled, bar_format="{desc}: {elapsed}") as bar:
-        yield
-        bar.update(1)
+        done = threading.Event()
+        if not bar.disable:
+            def tick():
+                while not done.wait(1.0):
+                    bar.refresh()
+
+            threading.Thread(target=tick, daemon=True).start()
+        try:
+            yield
+            bar.update(1)
+        finally:
+            done.set()
 
 
 # --- the one main ------------------------------------------------------------------------
