@@ -70,7 +70,8 @@ USAGE_ROWS = [
     ("verify.bound", ["--eps", "nan"], "positive finite"),
     ("verify.sweep", ["--eps", "1e-300", "--M", "4", "--seeds", "0", "--allow-untested", "--out", "TMP"],
      "2^40"),
-    ("verify.sweep", ["--eps", "1e-20", "--M", "4", "8", "--seeds", "0", "1", "--out", "TMP"], "float64"),
+    ("verify.sweep", ["--eps", "1e-20", "1e-21", "--asymptotic-eps", "1e-2", "--M", "4", "8",
+                      "--seeds", "0", "1", "--out", "TMP"], "float64"),
     ("verify.sweep", ["--seeds", "-1"], "seed"),
     ("verify.sweep", ["--out", "FILE"], "existing file"),
     ("verify.sweep", ["--out", "PROC"], "cannot be written"),
@@ -169,6 +170,27 @@ def test_ctrl_c_during_figures_leaves_no_truncated_file(tmp_path):
             json.loads(data)
         elif path.suffix == ".csv":
             assert data.endswith(b"\n"), path
+
+
+@pytest.mark.parametrize("module,argv", [
+    ("verify.bound", ["--eps", "1e-5", "--refine-steps", "1000", "--no-progress"]),
+    ("verify.sweep", ["--out", "TMP"]),
+    ("verify.sgd", [*TINY_SGD[:-4], "--steps", "1000000"]),
+    ("verify.bench", ["--quick"]),
+])
+def test_ctrl_c_is_one_line_and_exit_130(tmp_path, module, argv):
+    """Interrupted in the middle of its work (after torch is loaded, 4 s in): exit 130 and
+    one line, not a KeyboardInterrupt traceback."""
+    argv = [str(tmp_path) if a == "TMP" else a for a in argv]
+    proc = subprocess.Popen([sys.executable, "-m", module, *argv], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    time.sleep(4.0)
+    assert proc.poll() is None, f"ended before the interrupt: {proc.communicate()}"
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130, stderr
+    assert stderr.count("\n") == 1 and "interrupted" in stderr and "Traceback" not in stderr, stderr
+    assert partial_files(tmp_path) == []
 
 
 @pytest.mark.parametrize("module,argv", [

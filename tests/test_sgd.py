@@ -1,6 +1,11 @@
 """Training, metrics and python -m verify.sgd."""
 
+import contextlib
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -120,9 +125,20 @@ def test_training_lowers_the_loss_and_is_reproducible(teacher):
 
 TINY = ["--M", "4", "--K", "2", "--I", "2", "--H", "2", "--O", "2", "--steps", "60", "--eval-samples", "8",
         "--no-progress"]
+# I = 3 skips the measurer's exhaustive grid over x (I ≤ 2), which dominates a tiny run.
+FAST = ["--M", "4", "--K", "2", "--I", "3", "--H", "2", "--O", "2", "--steps", "5", "--eval-samples", "4",
+        "--no-progress"]
 
 
-def test_cli_reports_every_metric_for_the_construction_and_each_network(capsys, tmp_path):
+def test_cli_reports_every_metric_for_the_construction_and_each_network(capsys, tmp_path, monkeypatch):
+    phases = []
+
+    @contextlib.contextmanager
+    def phase(desc, enabled=None):
+        phases.append(desc)
+        yield
+
+    monkeypatch.setattr(sgd.cli, "phase", phase)
     code = sgd.main([*TINY, "--json", "--save", str(tmp_path)])
     r = json.loads(capsys.readouterr().out)
     assert code == 0 and r["construction_within_certificate"]
@@ -134,15 +150,55 @@ def test_cli_reports_every_metric_for_the_construction_and_each_network(capsys, 
         assert row["held_out_sup"] >= row["held_out_rmse"] * 0  # present and non-negative
     assert r["rows"][1]["hidden_units"] == r["rows"][0]["hidden_units"] == r["rows"][2]["hidden_units"]
     assert r["rows"][1]["widths"] == r["rows"][0]["widths"]
-    assert (tmp_path / "sgd_matched.pt").exists() and (tmp_path / "report.json").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["report.json", "sgd_balanced.pt", "sgd_matched.pt"]
+    assert json.loads((tmp_path / "report.json").read_text())["rows"][1]["network"] == "sgd matched"
+    # Every network's evaluation shows as a phase (it is the long silent part of a run).
+    assert [p for p in phases if p.startswith("evaluate")] == [f"evaluate {n}" for n in names]
 
 
-@pytest.mark.parametrize("argv", [["--M", "2", "--K", "3"], ["--shapes", "custom"], ["--split", "odd"],
-                                  ["--encoding", "words"], ["--eps", "0"], ["--steps", "0"]])
-def test_cli_bad_input_exits_2(capsys, argv):
-    assert sgd.main(argv) == 2
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "Traceback" not in err
+@pytest.fixture
+def places(tmp_path):
+    """Output places that must be refused, a folder that already holds results, and one
+    for a run that must leave nothing in it."""
+    a_file = tmp_path / "a_file"
+    a_file.write_text("keep me\n")
+    full = tmp_path / "full"
+    full.mkdir()
+    (full / "report.json").write_text("{}\n")
+    return dict(OUT=str(tmp_path / "out"), FILE=str(a_file), UNDER_FILE=str(a_file / "sub"), FULL=str(full))
+
+
+def files_under(folder: Path) -> list[str]:
+    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file())
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--M", "2", "--K", "3"], "at most"), (["--shapes", "custom"], "needs --widths"),
+    (["--split", "odd"], "invalid choice"), (["--encoding", "words"], "invalid choice"),
+    (["--eps", "0"], "positive"), (["--steps", "0"], "positive integer"),
+    (["--seed", "-1"], "seed in [0, 4294967295]"), (["--seed", str(2**32)], "seed"),
+    (["--device", "bogus"], "--device 'bogus'"), (["--device", "cuda:x"], "--device"),
+    (["--device", "meta"], "only cpu and cuda"),
+    (["--weight-decay", "-1"], "--weight-decay"), (["--weight-decay", "nan"], "--weight-decay"),
+    (["--held-out", "2"], "--held-out"), (["--held-out", "0"], "--held-out"),
+    (["--widths", "8", "8"], "--shapes custom"),
+    (["--paper", "--shapes", "matched", "--widths", "8"], "--shapes custom"),
+    (["--threads", "0"], "positive integer"),
+    (["--save", "FILE"], "existing file"), (["--save", "UNDER_FILE"], "cannot be written"),
+    (["--save", "FULL"], "--force"), (["--force"], "--save"),
+    # Found only once the work starts, still one line and nothing left in --save.
+    ([*FAST, "--held-out", "0.95", "--save", "OUT"], "lower --held-out"),
+    ([*FAST, "--K", "1", "--save", "OUT"], "--split missing-module"),
+    ([*FAST, "--eps", "1e-300", "--save", "OUT"], "2^40"),
+])
+def test_cli_bad_input_exits_2_with_one_line(capsys, places, argv, message):
+    before = files_under(Path(places["OUT"]).parent)
+    assert sgd.main([places.get(a, a) for a in argv]) == 2
+    out, err = capsys.readouterr()
+    assert err.count("\n") == 1 and "Traceback" not in err and out == ""
+    assert err.startswith("verify.sgd: error: ") and message in err, err
+    assert "held_out_fraction" not in err and "max_tries" not in err  # the flags, not make_split's names
+    assert files_under(Path(places["OUT"]).parent) == before
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="only meaningful without a GPU")
@@ -151,10 +207,64 @@ def test_cuda_request_without_a_gpu_is_a_usage_error(capsys):
     assert "CUDA" in capsys.readouterr().err
 
 
+def test_force_replaces_a_previous_save(capsys, tmp_path):
+    (tmp_path / "report.json").write_text("old\n")
+    assert sgd.main([*FAST, "--shapes", "matched", "--save", str(tmp_path), "--force"]) == 0
+    capsys.readouterr()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["report.json", "sgd_matched.pt"]
+    assert json.loads((tmp_path / "report.json").read_text())["rows"][1]["network"] == "sgd matched"
+
+
 def test_paper_preset_sets_the_papers_sizes_and_explicit_flags_override_it():
     args = sgd.parse_args(["--paper"])
     assert (args.I, args.H, args.O, args.M, args.K) == (16, 16, 16, 16, 3)
     assert args.shapes == ["custom"] and args.widths == [1024] * 4 and args.steps == 100_000
     args = sgd.parse_args(["--paper", "--steps", "20", "--M", "12"])
     assert args.steps == 20 and args.M == 12 and args.widths == [1024] * 4
+    assert sgd.parse_args(["--paper", "--widths", "8", "8"]).widths == [8, 8]
+    assert sgd.parse_args(["--paper", "--shapes", "matched"]).shapes == ["matched"]  # preset widths unused
     assert sgd.parse_args([]).M == 8  # the preset does not leak into later parses
+    assert sgd.parse_args([]).widths is None
+
+
+def test_threads_pay_only_for_large_training_steps(monkeypatch):
+    """The default is 1 for a small step and the free cores for a large one; --threads wins;
+    torch's setting is restored after the run."""
+    from verify.train import SINGLE_THREAD_MACS
+
+    monkeypatch.setattr(sgd.cli, "free_cores", lambda: 7)
+    before = torch.get_num_threads()
+    for n, macs, expected in ((None, SINGLE_THREAD_MACS - 1, 1), (None, SINGLE_THREAD_MACS, 7),
+                              (3, SINGLE_THREAD_MACS - 1, 3)):
+        with sgd.threads_of_run(n, macs):
+            assert torch.get_num_threads() == expected
+        assert torch.get_num_threads() == before
+    args = sgd.parse_args(["--paper"])
+    assert sgd.step_macs(16 + 16, args.widths, 16, args) >= SINGLE_THREAD_MACS
+    assert sgd.step_macs(4 + 4, [36, 36], 4, sgd.parse_args([])) < SINGLE_THREAD_MACS
+
+
+def test_help_does_not_import_torch():
+    proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "verify.sgd", "--help"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0 and "--threads" in proc.stdout and "--no-progress" in proc.stdout
+    lines = proc.stderr.splitlines()
+    assert any(line.endswith(" verify.cli") for line in lines)  # the check sees the imports
+    assert not [line for line in lines if line.endswith((" torch", " scipy.stats"))]
+
+
+def test_every_flag_has_help():
+    for action in sgd.build_parser()._actions:
+        assert action.help, action.option_strings
+
+
+def test_a_closed_pipe_ends_quietly_and_the_files_are_written(tmp_path):
+    read, write = os.pipe()
+    os.close(read)  # every write to stdout now fails with EPIPE
+    argv = [*FAST, "--shapes", "matched", "--save", str(tmp_path)]
+    proc = subprocess.run([sys.executable, "-m", "verify.sgd", *argv], stdout=write, stderr=subprocess.PIPE,
+                          text=True, timeout=300)
+    os.close(write)
+    assert proc.returncode == 0, proc.stderr
+    assert "Traceback" not in proc.stderr and "BrokenPipe" not in proc.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["report.json", "sgd_matched.pt"]

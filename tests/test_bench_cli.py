@@ -1,0 +1,78 @@
+"""python -m verify.bench: bad input, --help, and its output (the measurements are faked:
+the real ones take minutes and are timings, which no test asserts)."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+import verify.bench as bench
+
+
+def strict_json(text: str):
+    def refuse(name):
+        raise ValueError(f"not JSON: {name}")
+    return json.loads(text, parse_constant=refuse)
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--repeats", "0"], "positive integer"), (["--repeats", "-3"], "positive integer"),
+    (["--repeats", "x"], "positive integer"), (["--threads", "0"], "positive integer"),
+    (["--frobnicate"], "unrecognized"), (["--quick", "extra"], "unrecognized"),
+])
+def test_bad_input_exits_2_with_one_line(capsys, argv, message):
+    assert bench.main(argv) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1 and "Traceback" not in err
+    assert err.startswith("verify.bench: error: ") and message in err, err
+
+
+def test_help_does_not_import_torch():
+    proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "verify.bench", "--help"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0 and "--threads" in proc.stdout and "--no-progress" in proc.stdout
+    lines = proc.stderr.splitlines()
+    assert any(line.endswith(" verify.cli") for line in lines)  # the check sees the imports
+    assert not [line for line in lines if line.endswith((" torch", " scipy.stats"))]
+
+
+def test_every_flag_has_help():
+    for action in bench.build_parser()._actions:
+        assert action.help, action.option_strings
+
+
+FORWARD = dict(M=32, eps=1e-3, batch=2048, hidden_units=1000, structured_s=0.01, dense_s=0.5, speedup=50.0,
+               max_abs_diff=1e-14)
+
+
+@pytest.fixture
+def fake_runs(monkeypatch):
+    """verify.bound runs that all fail (no report), and a fast forward measurement; records
+    each verify.bound command line."""
+    commands = []
+
+    def run(cmd, **kw):
+        commands.append(cmd)
+        return subprocess.CompletedProcess(cmd, 3, stdout="", stderr="boom\n")
+
+    monkeypatch.setattr(bench.subprocess, "run", run)
+    monkeypatch.setattr(bench, "forward_speed", lambda *a, **kw: dict(FORWARD))
+    monkeypatch.setattr(bench, "shallow_units", lambda M, eps: 123_456)
+    return commands
+
+
+def test_json_output_is_strict_even_when_a_run_failed(capsys, fake_runs):
+    """A failed verify.bound run has no peak memory: null in JSON (never NaN), and MISSED."""
+    assert bench.main(["--quick", "--json", "--no-progress"]) == 0
+    rows = strict_json(capsys.readouterr().out)
+    assert rows[0]["peak_gib"] is None and rows[0]["exit"] == 3 and rows[0]["ok"] is False
+    assert rows[1]["value"] == 50.0 and rows[1]["ok"] is True
+    assert len(fake_runs) == 2 and all("--threads" not in cmd for cmd in fake_runs)
+
+
+def test_table_and_threads_passed_to_the_bound_runs(capsys, fake_runs):
+    assert bench.main(["--quick", "--no-progress", "--threads", "1", "--repeats", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "MISSED" in out and "torch threads = 1" in out
+    assert all(cmd[cmd.index("--threads") + 1] == "1" for cmd in fake_runs) and len(fake_runs) == 2
