@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -234,3 +235,28 @@ def test_saved_files_are_written_whole_and_refused_twice(tmp_path):
     assert forced.returncode == 0, forced.stderr
     assert json.loads((out / "report.json").read_text())["teacher"]["seed"] == 1
     assert torch.load(out / "network.pt")  # loads whole
+
+
+README_SECTIONS = {  # CLI module -> the heading of its README section
+    "verify.bound": "## What `python -m verify.bound` prints",
+    "verify.sweep": "## Scaling sweeps: `python -m verify.sweep`",
+    "verify.sgd": "## SGD against the construction: `python -m verify.sgd`",
+    "verify.bench": "## Speed",
+    "paper_figures.__main__": "## Figures: `python -m paper_figures`",
+}
+
+
+@pytest.mark.parametrize("module", sorted(README_SECTIONS))
+def test_readme_documents_every_flag(module):
+    """Each CLI's README section names every flag its parser has (a new flag without a
+    line in the README fails here)."""
+    import importlib
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    start = readme.index(README_SECTIONS[module] + "\n")
+    end = readme.find("\n## ", start + 1)
+    section = readme[start:end if end > 0 else None]
+    parser = importlib.import_module(module).build_parser()
+    flags = [a.option_strings[-1] for a in parser._actions if a.option_strings[-1] != "--help"]
+    missing = [f for f in flags if not re.search(rf"(?<![\w-]){re.escape(f)}(?![\w-])", section)]
+    assert not missing, f"README section {README_SECTIONS[module]!r} does not mention {missing}"

@@ -83,8 +83,8 @@ def build_parser() -> cli.Parser:
                         "(a new or empty folder)")
     p.add_argument("--force", action="store_true", help="let --save replace the files of a non-empty DIR")
     cli.add_common(p, threads_default="1, or the cores left free when a training step is large "
-                                      "(≥ 5e7 multiply-adds, verify.train); training steps below that "
-                                      "always use 1")
+                                      "(≥ 5e7 multiply-adds, verify.train); without --threads, smaller "
+                                      "steps train on 1")
     return p
 
 
@@ -237,7 +237,8 @@ def run(args) -> dict:
                          seed=args.seed, device=args.device)
         trained = {}
         for shape in args.shapes:
-            result = train_mlp(teacher, encode, split.train, widths[shape], tc, progress=progress)
+            result = train_mlp(teacher, encode, split.train, widths[shape], tc, progress=progress,
+                               threads=args.threads)
             with cli.phase(f"evaluate sgd {shape}", progress):
                 row = evaluate(f"sgd {shape}", result.net, widths[shape], teacher, encode, split, samples,
                                args.seed, probe_net=result.net)

@@ -73,10 +73,14 @@ SINGLE_THREAD_MACS = 50_000_000
 
 
 @contextlib.contextmanager
-def threads_for(macs_per_step: int, device: str):
+def threads_for(macs_per_step: int, device: str, threads: int | None = None):
+    """`threads` torch threads if given (the user's --threads), else 1 for a small step on
+    the CPU, else the current setting; restored afterwards."""
     previous = torch.get_num_threads()
     small = device == "cpu" and macs_per_step < SINGLE_THREAD_MACS
-    if small:
+    if threads is not None:
+        torch.set_num_threads(threads)
+    elif small:
         torch.set_num_threads(1)
     try:
         yield
@@ -85,14 +89,14 @@ def threads_for(macs_per_step: int, device: str):
 
 
 def train_mlp(teacher: Hyperteacher, encode, train_supports: np.ndarray, widths: list[int],
-              cfg: TrainConfig, progress: bool | None = None) -> TrainResult:
+              cfg: TrainConfig, progress: bool | None = None, threads: int | None = None) -> TrainResult:
     """Fit an MLP by AdamW on MSE; each step draws fresh tasks from the training supports
     and fresh x, so the only thing held out is which module combinations are seen."""
     in_dim = encode(torch.zeros(1, teacher.M, dtype=torch.float64)).shape[1] + teacher.I
     sizes = [in_dim, *widths, teacher.O]
     per_sample = sum(a * b for a, b in zip(sizes[:-1], sizes[1:], strict=True))
     macs = cfg.tasks_per_batch * cfg.samples_per_task * per_sample
-    with threads_for(3 * macs, cfg.device):  # forward + backward ≈ 3 forwards
+    with threads_for(3 * macs, cfg.device, threads):  # forward + backward ≈ 3 forwards
         return _train(teacher, encode, train_supports, in_dim, widths, cfg, progress)
 
 
