@@ -32,6 +32,14 @@ def run(module: str, argv: list[str], timeout: float = 120, cwd=None) -> subproc
                           timeout=timeout, cwd=cwd)
 
 
+def interruptible(argv: list[str]) -> subprocess.Popen:
+    """Start a CLI as a terminal would: with SIGINT at its default. A shell starts
+    background jobs (CI runners, `nohup … &`) with SIGINT ignored, and Python then installs
+    no KeyboardInterrupt handler, so Ctrl-C could not be tested there."""
+    return subprocess.Popen([sys.executable, "-m", *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+
+
 def partial_files(folder: Path) -> list[Path]:
     return [p for p in folder.rglob("*") if ".partial" in p.name]
 
@@ -138,8 +146,7 @@ def test_ctrl_c_while_saving_leaves_no_truncated_file(tmp_path):
     under a final name is complete (here: teacher.npz, written first)."""
     out = tmp_path / "run"
     argv = ["--M", "16", "--eps", "1e-4", "--max-tasks", "50", "--refine-steps", "2", "--save", str(out)]
-    proc = subprocess.Popen([sys.executable, "-m", "verify.bound", *argv], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    proc = interruptible(["verify.bound", *argv])
     _interrupt_when(proc, lambda: out.is_dir() and any(p.name.startswith(".network.")
                                                       for p in out.iterdir()))
     stdout, stderr = proc.communicate(timeout=60)
@@ -154,8 +161,7 @@ def test_ctrl_c_while_saving_leaves_no_truncated_file(tmp_path):
 
 def test_ctrl_c_during_figures_leaves_no_truncated_file(tmp_path):
     out = tmp_path / "figs"
-    proc = subprocess.Popen([sys.executable, "-m", "paper_figures", "--quick", "--out", str(out)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = interruptible(["paper_figures", "--quick", "--out", str(out)])
     _interrupt_when(proc, lambda: out.is_dir() and len(list(out.iterdir())) >= 5)
     stdout, stderr = proc.communicate(timeout=60)
     assert proc.returncode == 130, stderr
@@ -183,8 +189,7 @@ def test_ctrl_c_is_one_line_and_exit_130(tmp_path, module, argv):
     """Interrupted in the middle of its work (after torch is loaded, 4 s in): exit 130 and
     one line, not a KeyboardInterrupt traceback."""
     argv = [str(tmp_path) if a == "TMP" else a for a in argv]
-    proc = subprocess.Popen([sys.executable, "-m", module, *argv], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    proc = interruptible([module, *argv])
     time.sleep(4.0)
     assert proc.poll() is None, f"ended before the interrupt: {proc.communicate()}"
     proc.send_signal(signal.SIGINT)
