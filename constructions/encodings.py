@@ -6,15 +6,24 @@ supported there. The other encodings ask whether a *learned* network still gener
 compositionally when z is scrambled non-linearly (`interval_shuffle`, `invertible_nn`),
 given as discrete symbols (`tokens`), or only shown through examples (`fewshot`).
 
-Every encoder is fixed once built: all its randomness comes from `seed`, never from the
-teacher's seed, so the same encoding can be put in front of different teachers. Inputs
-and outputs are float64 torch tensors with tasks as rows.
+The six names of the paper (identity, orthogonal, interval_shuffle, invertible_nn, tokens,
+fewshot) are built as its official code builds them (smonsays/scale-compositionality,
+`compscale/data/utils.py::make_encode_latent`). `invertible_nn_tanh`, `tokens_sparse` and
+`fewshot_fixed_x` are this project's own variants, not the paper's: a strongly non-linear
+flow, a sparse (module, weight) code, and shots at fixed inputs.
+
+All randomness comes from `seed`, never from the teacher's seed, so the same encoding can
+be put in front of different teachers (the official code draws it from the teacher's key).
+Every encoder is a fixed map once built except `fewshot`, which, as in the paper, shows
+each task at fresh random inputs on every call (`stochastic`). Inputs and outputs are
+float64 torch tensors with tasks as rows.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from itertools import pairwise
 
 import numpy as np
 import torch
@@ -27,10 +36,12 @@ TOKEN_PAD_WEIGHT = 0.0  # the weight of an inactive module, as in z itself
 
 # The options each encoding takes, with their defaults.
 OPTIONS: dict[str, dict] = {
-    "identity": {}, "orthogonal": {}, "tokens": {},
+    "identity": {}, "orthogonal": {}, "tokens": {}, "tokens_sparse": {},
     "interval_shuffle": {"n_intervals": 10},
-    "invertible_nn": {"n_layers": 3, "hidden": 16, "s_scale": 1.0},
-    "fewshot": {"n_shots": 8},
+    "invertible_nn": {"n_layers": 3, "width_factor": 2.0, "init_scale": 0.1},
+    "invertible_nn_tanh": {"n_layers": 3, "hidden": 16, "s_scale": 1.0},
+    "fewshot": {"n_shots": 50},
+    "fewshot_fixed_x": {"n_shots": 8},
 }
 
 
@@ -41,8 +52,11 @@ class TaskEncoder:
     `differentiable` says whether gradients through e are meaningful (torch autograd runs
     through all of them, but `tokens` is piecewise constant and `interval_shuffle` jumps
     at the interval ends). `inverse` is there for the bijections (identity, orthogonal,
-    interval_shuffle, invertible_nn). `state` holds the fixed random draws (Q, the
-    permutation, the coupling weights, the shot inputs) for inspection and tests.
+    interval_shuffle, invertible_nn, invertible_nn_tanh). `state` holds the fixed random
+    draws (Q, the permutation, the coupling weights, the shot inputs) for inspection and
+    tests. `stochastic` marks an encoder whose value for the same z changes from call to
+    call (`fewshot`): e(z) is then not a function of z, and a metric that encodes the same
+    task twice sees two different inputs.
     """
 
     name: str
@@ -52,6 +66,7 @@ class TaskEncoder:
     encode: Callable[[torch.Tensor], torch.Tensor] = field(repr=False)
     decode: Callable[[torch.Tensor], torch.Tensor] | None = field(default=None, repr=False)
     state: dict = field(default_factory=dict, repr=False)
+    stochastic: bool = False
 
     def __call__(self, z) -> torch.Tensor:
         z = torch.as_tensor(z, dtype=torch.float64)
@@ -81,7 +96,9 @@ def make_encoder(name: str, teacher: Hyperteacher, seed: int = 0, **options) -> 
         allowed = ", ".join(OPTIONS[name]) or "none"
         raise ValueError(f"unknown options for {name}: {', '.join(sorted(unknown))} (allowed: {allowed})")
     builder = {"identity": _identity, "orthogonal": _orthogonal, "interval_shuffle": _interval_shuffle,
-               "invertible_nn": _invertible_nn, "tokens": _tokens, "fewshot": _fewshot}[name]
+               "invertible_nn": _invertible_nn, "tokens": _tokens, "fewshot": _fewshot,
+               "invertible_nn_tanh": _invertible_nn_tanh, "tokens_sparse": _tokens_sparse,
+               "fewshot_fixed_x": _fewshot_fixed_x}[name]
     return builder(teacher, np.random.default_rng(seed), **{**OPTIONS[name], **options})
 
 
@@ -153,8 +170,63 @@ def _interval_shuffle(teacher, rng, n_intervals: int) -> TaskEncoder:
                        state=dict(permutation=perm, n_intervals=n))
 
 
-def _invertible_nn(teacher, rng, n_layers: int, hidden: int, s_scale: float) -> TaskEncoder:
-    """A fixed random RealNVP flow: `n_layers` (default 3) affine coupling layers.
+def _invertible_nn(teacher, rng, n_layers: int, width_factor: float, init_scale: float) -> TaskEncoder:
+    """The paper's: a fixed random flow of `n_layers` (default 3) affine coupling layers.
+
+    As the official `create_invertible_mlp`: each layer keeps x_a = x[:M//2] and moves
+    x_b = x[M//2:] to x_b·s + t, where (log s, t) is the output of a conditioner MLP on
+    x_a with two sigmoid hidden layers of width ⌊width_factor·M⌋ (default 2M), weights
+    N(0, 1)·init_scale (default 0.1) and zero biases, and s = 0.5·tanh(log s) + 1 ∈ [0.5, 1.5].
+    Odd layers reverse the coordinates before and after, so the halves alternate.
+
+    The small weights keep every sigmoid near 0.5, so the map is nearly affine: the best
+    affine fit from z to e(z) leaves 1 − R² below 1e-5 (pinned by the tests; 4–5e-7 at M = 16).
+    The official code needs M even; for odd M, x_b takes the extra coordinate (this
+    project's extension), and for M = 1 each layer is a fixed affine map.
+    """
+    M, n_keep = teacher.M, teacher.M // 2
+    n_move, width = M - n_keep, int(M * width_factor)
+    dims = [n_keep, width, width, 2 * n_move]  # the last layer gives log s and t
+    layers = [[(rng.standard_normal((a, b)) * init_scale, np.zeros(b)) for a, b in pairwise(dims)]
+              for _ in range(int(n_layers))]
+    params = [[(_t(w), _t(b)) for w, b in layer] for layer in layers]
+
+    def conditioner(layer, x_a):
+        h = x_a
+        for w, b in layer[:-1]:
+            h = torch.sigmoid(h @ w + b)
+        w, b = layer[-1]
+        h = h @ w + b
+        return 0.5 * torch.tanh(h[:, :n_move]) + 1.0, h[:, n_move:]
+
+    def encode(z):
+        x = z
+        for i, layer in enumerate(params):
+            x = x.flip(1) if i % 2 else x
+            s, t = conditioner(layer, x[:, :n_keep])
+            x = torch.cat([x[:, :n_keep], x[:, n_keep:] * s + t], 1)
+            x = x.flip(1) if i % 2 else x
+        return x
+
+    def decode(e):
+        y = e
+        for i in reversed(range(len(params))):
+            y = y.flip(1) if i % 2 else y
+            s, t = conditioner(params[i], y[:, :n_keep])  # x_a passes through unchanged
+            y = torch.cat([y[:, :n_keep], (y[:, n_keep:] - t) / s], 1)
+            y = y.flip(1) if i % 2 else y
+        return y
+
+    return TaskEncoder("invertible_nn", M, M, True, encode=encode, decode=decode,
+                       state=dict(layers=layers, init_scale=init_scale, width=width))
+
+
+def _invertible_nn_tanh(teacher, rng, n_layers: int, hidden: int, s_scale: float) -> TaskEncoder:
+    """This project's own, not the paper's: a strongly non-linear fixed random RealNVP flow.
+
+    Harder than the paper's `invertible_nn`, which is nearly linear: its affine residual
+    1 − R² (the best affine fit from z to e(z)) is 0.02–0.05 (above 1e-2 as pinned by
+    tests/test_encodings.py), where the paper's is below 1e-5. `n_layers` (default 3) affine coupling layers.
 
     The M coordinates split into halves x_a = x[:M//2], x_b = x[M//2:]; layer l keeps one
     half and transforms the other, alternating: y_b = x_b·exp(s(x_a)) + t(x_a) for even l,
@@ -196,17 +268,41 @@ def _invertible_nn(teacher, rng, n_layers: int, hidden: int, s_scale: float) -> 
             y = torch.cat([y_a, x_b], 1) if layer % 2 == 0 else torch.cat([x_b, y_a], 1)
         return y
 
-    return TaskEncoder("invertible_nn", M, M, True, encode=encode, decode=decode,
+    return TaskEncoder("invertible_nn_tanh", M, M, True, encode=encode, decode=decode,
                        state=dict(layers=layers, s_scale=s_scale))
 
 
 def _tokens(teacher, rng) -> TaskEncoder:
-    """[m_1, w_1, …, m_K, w_K]: the active modules in increasing index order, each with
+    """The paper's: for every module m = 1, …, M (1-based, as the official code), the pair
+    (m, ⌊10·z_m⌋ + M + 1); dim = 2M, fed to the network as floats.
+
+    The index tokens are constant and the weight tokens are z quantized to tenths, shifted
+    by M + 1 so that no weight token equals an index token: an inactive module reads
+    M + 1, a weight 1.0 reads M + 11. ⌊·⌋ is the official cast to int, which truncates
+    toward zero (the same for z ≥ 0). The encoding is an affine function of z on multiples
+    of 0.1 (`khot`, `discrete` weights): the best affine fit from e(z) back to z has
+    R² = 1 (pinned by the tests). Piecewise constant in z, so not differentiable.
+    """
+    M = teacher.M
+    index = torch.arange(1, M + 1, dtype=torch.float64)
+
+    def encode(z):
+        weight = torch.trunc(10 * z) + M + 1
+        return torch.stack([index.expand_as(z), weight], dim=2).reshape(len(z), 2 * M)
+
+    return TaskEncoder("tokens", M, 2 * M, False, encode=encode)
+
+
+def _tokens_sparse(teacher, rng) -> TaskEncoder:
+    """This project's own, not the paper's (whose `tokens` lists every module, dim 2M).
+
+    [m_1, w_1, …, m_K, w_K]: the active modules in increasing index order, each with
     its weight rounded to tenths, then (TOKEN_PAD_INDEX, TOKEN_PAD_WEIGHT) = (−1, 0) pairs
     up to K pairs; dim = 2K. Active means z_m ≠ 0; more than K active modules is an error.
 
     Rounding makes it lossless for `khot` and `discrete` weights (multiples of 0.1) and
-    lossy for `continuous` ones. Piecewise constant in z, so not differentiable.
+    lossy for `continuous` ones. Piecewise constant in z, so not differentiable. Far from
+    linear in z: the best affine fit from e(z) back to z has R² ≈ 0.09 (the paper's ≈ 1).
     """
     M, K = teacher.M, teacher.K
     order_key = torch.arange(M, dtype=torch.float64)
@@ -223,11 +319,38 @@ def _tokens(teacher, rng) -> TaskEncoder:
         weights = torch.where(valid, weights, torch.full_like(weights, TOKEN_PAD_WEIGHT))
         return torch.stack([index, weights], dim=2).reshape(len(z), 2 * K)
 
-    return TaskEncoder("tokens", M, 2 * K, False, encode=encode)
+    return TaskEncoder("tokens_sparse", M, 2 * K, False, encode=encode)
 
 
 def _fewshot(teacher, rng, n_shots: int) -> TaskEncoder:
-    """The task shown by examples: [x_1, g(x_1, z), …, x_n, g(x_n, z)], dim = n·(I + O).
+    """The paper's: the task shown by n (default 50) examples at fresh random inputs.
+
+    e(z) = [x_1, …, x_n, g(x_1, z), …, g(x_n, z)] (all inputs, then all outputs, as the
+    official code), dim = n·(I + O), with the x_j drawn uniformly on [-1, 1]^I anew for
+    every task on every call: the official code draws them from the per-batch key. So
+    the encoder is `stochastic`, not a function of z; its draws come from one generator
+    seeded by `seed`, so a fresh encoder with the same seed repeats the same sequence.
+    g is `teacher.forward` on the raw latent z (the official `sample_from_latent`).
+    """
+    n = int(n_shots)
+    if n < 1:
+        raise ValueError(f"n_shots must be a positive integer, got {n_shots!r}")
+    I, O = teacher.I, teacher.O
+    gen = torch.Generator().manual_seed(int(rng.integers(2**63)))
+
+    def encode(z):
+        B = len(z)
+        x = torch.rand((B * n, I), generator=gen, dtype=torch.float64) * 2 - 1
+        y = teacher.forward(z.repeat_interleave(n, dim=0), x)
+        return torch.cat([x.reshape(B, n * I), y.reshape(B, n * O)], dim=1)
+
+    return TaskEncoder("fewshot", teacher.M, n * (I + O), True, encode=encode,
+                       state=dict(generator=gen), stochastic=True)
+
+
+def _fewshot_fixed_x(teacher, rng, n_shots: int) -> TaskEncoder:
+    """This project's own, not the paper's (whose `fewshot` draws 50 fresh inputs per task
+    per call): [x_1, g(x_1, z), …, x_n, g(x_n, z)], dim = n·(I + O), a fixed map of z.
 
     The n (default 8) shot inputs x_j are drawn once, uniformly on X = [-1, 1]^I, and are
     the same for every task, so the x_j parts are constant and only the g parts carry z;
@@ -245,5 +368,5 @@ def _fewshot(teacher, rng, n_shots: int) -> TaskEncoder:
         y = teacher.forward(z.repeat_interleave(n, dim=0), x_t.repeat(B, 1)).reshape(B, n, teacher.O)
         return torch.cat([x_t.expand(B, n, teacher.I), y], dim=2).reshape(B, n * (teacher.I + teacher.O))
 
-    return TaskEncoder("fewshot", teacher.M, n * (teacher.I + teacher.O), True, encode=encode,
+    return TaskEncoder("fewshot_fixed_x", teacher.M, n * (teacher.I + teacher.O), True, encode=encode,
                        state=dict(x=xs))

@@ -7,9 +7,16 @@ from here, and `constructions.registry` checks that its builders match CONSTRUCT
 WEIGHTS = ("khot", "discrete", "continuous")  # weights of a task's active modules
 ENCODINGS = ("identity", "orthogonal")  # the teacher's own task encodings e(z)
 # Every encoding a student can be trained on; the linear ones the construction reads too.
-ENCODING_NAMES = ("identity", "orthogonal", "interval_shuffle", "invertible_nn", "tokens", "fewshot")
+ENCODING_NAMES = ("identity", "orthogonal", "interval_shuffle", "invertible_nn", "tokens", "fewshot",  # paper
+                  "invertible_nn_tanh", "tokens_sparse", "fewshot_fixed_x")  # this project's own variants
 LINEAR_ENCODINGS = ("identity", "orthogonal")
-SPLITS = ("random", "missing-module", "rare-modules", "popular-modules")
+# The paper's six task supports (official names), this project's own two, then the names this
+# project used before, kept as aliases (alias, official name) so typed commands keep working.
+SPLIT_ALIASES = (("missing-module", "non_compositional"), ("rare-modules", "unpopular_modules"),
+                 ("popular-modules", "popular_modules"))
+SPLITS = ("random", "equal", "pseudo_random_disconnected", "non_compositional", "popular_modules",
+          "unpopular_modules", "popular-modules-half", "rare-modules-fraction",
+          *(alias for alias, _ in SPLIT_ALIASES))
 CONSTRUCTIONS = ("shallow", "exact", "deep", "optimal")
 CONSTRUCTION_HELP = {
     "shallow": "the theorem's network, O(1/√ε + M) units",

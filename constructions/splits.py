@@ -2,26 +2,41 @@
 
 Compositional generalization is measured on tasks whose *combination* of modules was
 never trained on, while every module was (spec: train on some supports, test on the rest).
-A split partitions all supports of size 1..K (`enumerate_supports(M, K)`) into a training
-and a held-out set; tasks of a support differ only in their weights, so splitting supports
-rather than latents keeps every held-out combination truly unseen.
+A split partitions all supports of size 1..K (`enumerate_supports(M, K)`, "up to K" as in
+the official `make_latents`) into a training and a held-out set; tasks of a support differ
+only in their weights, so splitting supports rather than latents keeps every held-out
+combination truly unseen.
 
-Four protocols, the names of `SPLITS`:
+The paper's task supports, rebuilt from the official code (smonsays/scale-compositionality,
+`compscale/data/utils.py: split_module_combinations`) under its names; the official default
+(`configs/teacher.py`, task_support='random', frac_ood=0.25) is `random`:
 
-- `random`: a fraction of supports held out uniformly, resampled until the training
-  supports use every module and their co-occurrence graph is connected (otherwise the
-  held-out set would contain modules, or groups of modules, that never met in training
-  and the test would measure something other than recombination).
-- `missing-module`: one module never appears in training. The control where
-  compositional generalization *should* fail.
-- `rare-modules`: a few modules appear in training in only a small fraction of their
-  supports (the paper finds rare modules hurt generalization).
-- `popular-modules`: a few modules appear in every training support they can (the paper
-  finds popular modules are harmless).
+- `random`: int(f·S) supports held out uniformly, redrawn until training covers and
+  connects all modules.
+- `equal`: as many held out, then swaps until every module trains in equally many
+  supports (counts differ by at most one); the scaling-law sweep's support.
+- `pseudo_random_disconnected`: modules cut into two blocks; every support mixing them is
+  held out, plus random within-block ones up to the fraction. Training never links the blocks.
+- `non_compositional`: the last module never trains (the control where compositional
+  generalization should fail).
+- `popular_modules`: the n first modules are popular; training is every support with one
+  of them, n as large as the fraction allows.
+- `unpopular_modules`: all supports of the M − r first (core) modules train; the r last
+  (rare) ones train in one support each, the first of them in more up to the fraction.
 
-K = 1 only works for `missing-module`: a support of size one is a single module, so
+This project's own variants, not the paper's, kept under explicit names:
+
+- `popular-modules-half`: the first M // 8 modules train in all their supports, plus half
+  of the others at random (what `popular-modules` meant before).
+- `rare-modules-fraction`: the first M // 8 modules each train in a tenth of their supports,
+  and a random quarter of the other supports is held out too (what `rare-modules` meant).
+
+The old names `missing-module`, `rare-modules`, `popular-modules` are aliases of the
+official `non_compositional`, `unpopular_modules`, `popular_modules` (`SPLIT_ALIASES`).
+
+K = 1 only works for `non_compositional`: a support of size one is a single module, so
 holding out any task removes its module from training entirely, and no two modules ever
-co-occur. The other three protocols then degenerate into a missing-module split and
+co-occur. The other protocols then degenerate into a missing-module split and
 `make_split` refuses them rather than return something misleadingly named.
 
 Train and test rows keep the order of `enumerate_supports`, so a split is a mask on that
@@ -30,6 +45,7 @@ table and two splits can be compared row by row.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -38,7 +54,7 @@ from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import connected_components
 
 from constructions.hyperteacher import enumerate_supports
-from constructions.names import SPLITS  # noqa: F401  (re-exported)
+from constructions.names import SPLIT_ALIASES, SPLITS
 
 
 @dataclass(frozen=True, eq=False)  # eq=False: field-wise == on arrays has no truth value
@@ -127,54 +143,110 @@ def make_split(name: str, M: int, K: int, *, seed: int = 0, held_out_fraction: f
                popular_fraction: float = 0.5, max_tries: int = 1000) -> TaskSplit:
     """Split all supports of size 1..K over M modules with the protocol `name`.
 
-    Deterministic given `seed` (one `np.random.default_rng(seed)` stream per call). All
-    fractions must lie in the open interval (0, 1), and are checked whatever the protocol,
-    so that a typo in an unused argument does not pass silently. `modules` names the
-    missing, rare or popular modules (defaults below); `random` takes none.
+    `name` is one of `SPLITS`; an alias is resolved to its official name, which the split
+    records. Deterministic given `seed` (one `np.random.default_rng(seed)` stream per call;
+    the official code draws with jax, so the random draws differ from its, not the counts
+    and structure). All fractions must lie in the open interval (0, 1), and are checked
+    whatever the protocol, so that a typo in an unused argument does not pass silently.
+    Anything that cannot be built for (M, K, fraction) raises ValueError.
 
-    - random: n_test = round(held_out_fraction · S) supports (halves rounded up), clamped to
-      1..S−1 so that both sets are non-empty, drawn uniformly; a fresh draw from the same
-      stream replaces any draw whose training supports miss a module or split into
-      unconnected groups, up to `max_tries` draws.
-    - missing-module: every module of `modules` (default (0,)) is missing: train = the
-      supports with none of them, test = the supports with any of them.
-    - rare-modules: `modules` (default the first max(1, M // 8)) each train in
-      round(rare_keep_fraction · their support count) supports (at least one, never one
-      with two rare modules); the other supports split like `random` with
-      held_out_fraction, as a baseline (details in `_rare_split`).
-    - popular-modules: `modules` (default the first max(1, M // 8)) train in all their
-      supports; round(popular_fraction · n) of the n others train too (`_popular_split`).
+    With S supports and f = held_out_fraction, the paper's kinds hold out about int(f·S)
+    supports (truncated, as the official `int(len · frac_ood)`), and, as the official code
+    checks after building them, all but `non_compositional` hold out int(f·S) ± 1 and all
+    but it and `pseudo_random_disconnected` train on supports that cover and connect all
+    modules. At M = 16, K = 3, f = 0.25 (S = 696, the paper's teacher) the tests pin:
+
+    - random (paper's, the official default): exactly int(f·S) = 174 held out, drawn
+      uniformly, redrawn up to `max_tries` times until training covers and connects.
+    - equal (paper's): 174 held out; training module counts differ by at most one.
+    - pseudo_random_disconnected (paper's; needs an even M): blocks {0} and {1..15}; the
+      120 mixing supports plus 53 within-block ones held out (523 / 173: the official
+      float arithmetic int((f − 120/696)·696) gives 53, not 54).
+    - non_compositional (paper's): module M − 1 (or `modules`) never trains: 575 / 121;
+      the fraction is ignored.
+    - popular_modules (paper's): 6 popular modules, 521 supports with one of them plus one
+      with module 6: 522 / 174; held out are supports of modules 6..15 only.
+    - unpopular_modules (paper's): core 0..13, rare 14 and 15; module 15 trains only in
+      {0, 15}, module 14 in 52 supports; no core-only support held out; 522 / 174, the
+      same for every seed (the official choice is by enumeration order, not random).
+    - popular-modules-half (this project's): `modules` (default the first max(1, M // 8))
+      train in all their supports; round(popular_fraction · n) of the n others train too
+      (`_popular_split`): 462 / 234 at seed 0.
+    - rare-modules-fraction (this project's): `modules` (default the first max(1, M // 8))
+      each train in round(rare_keep_fraction · their support count) supports; the other
+      supports split like `random` with held_out_fraction (`_rare_split`): 376 / 320.
+
+    `modules` is taken by non_compositional and this project's two variants only; the
+    other kinds choose their modules themselves.
     """
-    _check_arguments(name, M, K, held_out_fraction, rare_keep_fraction, popular_fraction, max_tries)
+    name = _check_arguments(name, M, K, held_out_fraction, rare_keep_fraction, popular_fraction, max_tries)
+    if modules is not None and name not in TAKES_MODULES:
+        raise ValueError(f"the {name} split takes no modules (only {', '.join(TAKES_MODULES)} do)")
     rng = np.random.default_rng(seed)
     supports = enumerate_supports(M, K)
     params: dict = dict(seed=seed)
-    if name == "random":
-        if modules is not None:
-            raise ValueError("the random split takes no modules; it holds out supports uniformly")
-        test_mask, tries = _random_split(supports, M, K, held_out_fraction, rng, max_tries)
+    if name in ("random", "equal"):
+        test_mask, tries = _random_split(supports, M, held_out_fraction, rng, max_tries,
+                                         balanced=name == "equal")
         params.update(held_out_fraction=held_out_fraction, tries=tries)
-    elif name == "missing-module":
-        chosen = _check_modules(modules, M, default=(0,))
+    elif name == "pseudo_random_disconnected":
+        test_mask, block = _disconnected_split(supports, M, K, held_out_fraction, rng)
+        params.update(held_out_fraction=held_out_fraction, first_block=block)
+    elif name == "non_compositional":
+        chosen = _check_modules(modules, M, default=(M - 1,))
         test_mask = np.isin(supports, chosen).any(axis=1)
         params.update(modules=chosen)
-    elif name == "rare-modules":
+    elif name == "popular_modules":
+        test_mask, chosen, tries = _popular_modules_split(supports, M, held_out_fraction, rng, max_tries)
+        params.update(modules=chosen, held_out_fraction=held_out_fraction, tries=tries)
+    elif name == "unpopular_modules":
+        test_mask, chosen = _unpopular_modules_split(supports, M, K, held_out_fraction)
+        params.update(modules=chosen, held_out_fraction=held_out_fraction)
+    elif name == "rare-modules-fraction":
         chosen = _check_modules(modules, M, default=tuple(range(max(1, M // 8))))
         test_mask, tries = _rare_split(supports, M, K, chosen, rare_keep_fraction, held_out_fraction,
                                        rng, max_tries)
         params.update(modules=chosen, rare_keep_fraction=rare_keep_fraction,
                       held_out_fraction=held_out_fraction, tries=tries)
-    else:
+    else:  # popular-modules-half
         chosen = _check_modules(modules, M, default=tuple(range(max(1, M // 8))))
         test_mask = _popular_split(supports, K, chosen, popular_fraction, rng)
         params.update(modules=chosen, popular_fraction=popular_fraction)
+    _check_official(name, supports, test_mask, M, held_out_fraction)
     return TaskSplit(name=name, M=M, K=K, train=supports[~test_mask], test=supports[test_mask],
                      params=params)
 
 
-def _check_arguments(name, M, K, held_out_fraction, rare_keep_fraction, popular_fraction, max_tries):
+# The official code's checks after building a split: held-out count within one of int(f·S),
+# and training supports that cover and connect all modules. Each kind skips what it breaks
+# by design (non_compositional ignores the fraction; the disconnected one is not connected).
+FRACTION_CHECKED = ("random", "equal", "pseudo_random_disconnected", "popular_modules", "unpopular_modules")
+CONNECTION_CHECKED = ("random", "equal", "popular_modules", "unpopular_modules")
+TAKES_MODULES = ("non_compositional", "popular-modules-half", "rare-modules-fraction")
+
+
+def _check_official(name, supports, test_mask, M, fraction):
+    S, n_test = len(supports), int(test_mask.sum())
+    if name in FRACTION_CHECKED and abs(n_test - _n_held_out(fraction, S)) > 1:
+        raise ValueError(f"the {name} split holds out {n_test} of {S} supports, not int({fraction:g}·{S}) "
+                         f"= {_n_held_out(fraction, S)} ± 1; change held_out_fraction")
+    train = supports[~test_mask]
+    if name in CONNECTION_CHECKED and not (covers_all_modules(train, M) and cooccurrence_connected(train, M)):
+        raise ValueError(f"the {name} split's training supports do not cover and connect all {M} modules; "
+                         "change held_out_fraction")
+
+
+def _n_held_out(fraction: float, S: int) -> int:
+    # The official int(len(combinations_all) * frac_ood): truncation of the float product, so
+    # 0.6 · 36 holds out 21 (not 22) and 0.29 · 100 holds out 28.
+    return int(S * fraction)
+
+
+def _check_arguments(name, M, K, held_out_fraction, rare_keep_fraction, popular_fraction, max_tries) -> str:
+    """Check the arguments; the official name of `name`."""
     if name not in SPLITS:
         raise ValueError(f"split must be one of {', '.join(SPLITS)}; got {name!r}")
+    name = dict(SPLIT_ALIASES).get(name, name)
     for label, value in (("M", M), ("K", K), ("max_tries", max_tries)):
         if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 1:
             raise ValueError(f"{label} must be a positive integer, got {value!r}")
@@ -187,9 +259,13 @@ def _check_arguments(name, M, K, held_out_fraction, rare_keep_fraction, popular_
             raise ValueError(f"{label} must lie in the open interval (0, 1), got {value!r}")
     if M == 1:
         raise ValueError("M = 1 has a single task; there is nothing to split")
-    if K == 1 and name != "missing-module":
+    if K == 1 and name != "non_compositional":
         raise ValueError(f"the {name} split needs K >= 2: with K = 1 every task is a single module, "
                          "so holding one out removes that module from training (use missing-module)")
+    if name == "pseudo_random_disconnected" and M % 2:
+        raise ValueError(f"the pseudo_random_disconnected split needs an even M (as the official code), "
+                         f"got M = {M}")
+    return name
 
 
 def _check_modules(modules, M: int, default: tuple[int, ...]) -> tuple[int, ...]:
@@ -232,17 +308,162 @@ def _check_enough_to_connect(n_train: int, M: int, what: str) -> None:
                          "needed to connect all modules; lower held_out_fraction")
 
 
-def _random_split(supports, M, K, fraction, rng, max_tries):
+def _random_split(supports, M, fraction, rng, max_tries, balanced=False):
+    """`random` and `equal`: int(f·S) held out, redrawn until training covers and connects.
+
+    For `equal` each draw is then balanced by swaps (`_balance`); a draw the swaps cannot
+    balance counts as a failed try, like one that does not connect.
+    """
     S = len(supports)
-    n_test = min(max(_round_half_up(fraction * S), 1), S - 1)
+    n_test = _n_held_out(fraction, S)
+    if n_test < 1:
+        raise ValueError(f"int({fraction:g}·{S}) holds out no support; raise held_out_fraction")
     _check_enough_to_connect(S - n_test, M, f"holding out {n_test} of {S} supports")
+    hot = _k_hot(supports, M)
 
     def draw():
         test = np.zeros(S, dtype=bool)
         test[rng.permutation(S)[:n_test]] = True
-        return test
+        return _balance(hot, test) if balanced else test
 
-    return _draw_until(draw, supports, M, "random held-out set", max_tries)
+    return _draw_until(draw, supports, M, "balanced held-out set" if balanced else "random held-out set",
+                       max_tries)
+
+
+def _k_hot(supports: np.ndarray, M: int) -> np.ndarray:
+    """(S, M) int: 1 where a support contains the module."""
+    hot = np.zeros((len(supports), M + 1), dtype=np.int64)  # column M takes the -1 padding
+    np.put_along_axis(hot, np.where(supports >= 0, supports, M), 1, axis=1)
+    return hot[:, :M]
+
+
+def _balance(hot: np.ndarray, test: np.ndarray) -> np.ndarray:
+    """Swap training and held-out supports until module training counts differ by at most one.
+
+    The official local search (`find_balanced_connected_compositional`): a swap is taken if
+    it lowers the squared distance of the counts to their mean (the mean held at its value
+    before the swap) without widening max − min. The official scans for the first such
+    swap; this takes the best one, for fewer passes, which changes which balanced set is
+    found, not that it is balanced. A draw stuck above a spread of one (no such swap left)
+    is rejected through `_mark_unbalanced`, and `_draw_until` draws again.
+    """
+    test = test.copy()
+    counts = hot[~test].sum(axis=0)
+    while counts.max() - counts.min() > 1:
+        inside, outside = np.flatnonzero(~test), np.flatnonzero(test)
+        a, b = hot[inside], hot[outside]
+        d = counts - counts.mean()
+        # Σ(d − a + b)² − Σd² for every pair, with |b − a|² = |a| + |b| − 2 a·b on 0/1 rows.
+        gain = (2 * (b @ d)[None, :] - 2 * (a @ d)[:, None] + a.sum(1)[:, None] + b.sum(1)[None, :]
+                - 2 * a @ b.T)
+        spread = counts.max() - counts.min()
+        for flat in np.argsort(gain, axis=None):
+            i, j = np.unravel_index(flat, gain.shape)
+            if gain[i, j] >= 0:
+                return _mark_unbalanced(test)
+            new = counts - a[i] + b[j]
+            if new.max() - new.min() <= spread:
+                test[inside[i]], test[outside[j]] = True, False
+                counts = new
+                break
+        else:
+            return _mark_unbalanced(test)
+    return test
+
+
+def _mark_unbalanced(test: np.ndarray) -> np.ndarray:
+    # Hold everything out: a training set with no support covers nothing, so `_draw_until`
+    # counts the draw as failed and draws again, as the official code does on a stuck search.
+    return np.ones_like(test)
+
+
+def _n_within(n: int, K: int) -> int:
+    """Supports of size 1..K over n modules."""
+    return sum(math.comb(n, k) for k in range(1, K + 1))
+
+
+def _disconnected_split(supports, M, K, fraction, rng):
+    """`pseudo_random_disconnected`: two blocks of modules that never meet in training.
+
+    The first block is modules 0..s−1, s in 1..M/2 the smallest with the largest share of
+    mixing supports (those with modules in both blocks) not above f; if none is, s = 1 and
+    `_check_official` decides whether the overshoot is within one support. Every mixing
+    support is held out; then int((f − mixing/S)·S) of the others, drawn uniformly (float
+    arithmetic as the official's, so 53 at M = 16, K = 3, f = 0.25 where 174 − 120 = 54).
+    Those may include a block's only support ({0} when s = 1): the official code checks
+    neither coverage nor connection for this kind.
+    """
+    S = len(supports)
+    shares = {s: (S - _n_within(s, K) - _n_within(M - s, K)) / S for s in range(1, M // 2 + 1)}
+    below = [s for s, share in shares.items() if share <= fraction]
+    block = max(below, key=lambda s: (shares[s], -s)) if below else 1
+    first = np.where(supports >= 0, supports < block, False).any(axis=1)
+    rest = (supports >= block).any(axis=1)
+    test = first & rest
+    n_extra = int((fraction - test.sum() / S) * S) if test.sum() / S < fraction else 0
+    # n_extra ≤ int(f·S) − mixing < S − mixing for f < 1, so training never empties (the
+    # official code's check for that cannot fire here).
+    within = np.flatnonzero(~test)
+    test[within[rng.permutation(len(within))[:n_extra]]] = True
+    return test, block
+
+
+def _popular_modules_split(supports, M, fraction, rng, max_tries):
+    """`popular_modules`: training is every support with one of the n first modules.
+
+    n is the largest number whose supports fit in the training target int((1 − f)·S); the
+    shortfall is then filled with supports of module n (the next, "pseudo-popular" one)
+    drawn uniformly, redrawn until training covers and connects (the official keeps the
+    unfilled set if no draw does, and `_check_official` then judges it).
+    """
+    S = len(supports)
+    target = int(S * (1 - fraction))
+    with_first = [np.isin(supports, np.arange(n)).any(axis=1) for n in range(M + 1)]
+    n = max(k for k in range(M + 1) if with_first[k].sum() <= target)
+    train = with_first[n]
+    tries = 0
+    if n < M and target > train.sum():
+        candidates = np.flatnonzero(~train & (supports == n).any(axis=1))
+        n_add = min(target - int(train.sum()), len(candidates))
+
+        def draw():
+            test = ~train
+            test[candidates[rng.permutation(len(candidates))[:n_add]]] = False
+            return test
+
+        try:
+            test, tries = _draw_until(draw, supports, M, "popular_modules top-up", max_tries)
+            return test, tuple(range(n)), tries
+        except ValueError:
+            pass
+    return ~train, tuple(range(n)), tries
+
+
+def _unpopular_modules_split(supports, M, K, fraction):
+    """`unpopular_modules`: core modules train fully, the last ones rarely; no randomness.
+
+    The core is 0..c−1 with c the largest in M−1..2 whose supports plus one per other
+    module fit in the training target int((1 − f)·S) (c = 2 if none). Every core-only
+    support trains. Each rare module r ≥ c then trains in the first support, in
+    `enumerate_supports` order, that pairs it with core modules and no other rare one; the
+    first rare module alone fills the shortfall with further such supports, again first
+    in order. So at M = 16, K = 3, f = 0.25 module 15 trains only in {0, 15} and module 14
+    in {0, 14}, {1, 14}, ..., {13, 14} and the first 38 of size three, 52 in all.
+    """
+    S = len(supports)
+    target = int(S * (1 - fraction))
+    core = next((c for c in range(M - 1, 1, -1) if _n_within(c, K) + M - c <= target), 2)
+    rare = tuple(range(core, M))
+    n_rare = np.isin(supports, rare).sum(axis=1)
+    has_core = np.where(supports >= 0, supports < core, False).any(axis=1)
+    train = n_rare == 0
+    for r in rare:
+        candidates = np.flatnonzero(~train & (supports == r).any(axis=1) & has_core & (n_rare == 1))
+        train[candidates[:1]] = True
+    if rare and target > train.sum():
+        candidates = np.flatnonzero(~train & (supports == rare[0]).any(axis=1) & has_core & (n_rare == 1))
+        train[candidates[:target - int(train.sum())]] = True
+    return ~train, rare
 
 
 def _rare_split(supports, M, K, rare, keep_fraction, held_out_fraction, rng, max_tries):
@@ -281,7 +502,7 @@ def _rare_split(supports, M, K, rare, keep_fraction, held_out_fraction, rng, max
         test[common[rng.permutation(len(common))[:n_out]]] = True
         return test
 
-    return _draw_until(draw, supports, M, "rare-modules split", max_tries)
+    return _draw_until(draw, supports, M, "rare-modules-fraction split", max_tries)
 
 
 def _popular_split(supports, K, popular, fraction, rng):

@@ -1,4 +1,9 @@
-"""Task encodings e(z): shapes, determinism, and the property that defines each one."""
+"""Task encodings e(z): shapes, determinism, and the property that defines each one.
+
+The paper's encodings are pinned to the facts of its official code
+(smonsays/scale-compositionality, compscale/data/utils.py::make_encode_latent); the
+`_tanh`, `_sparse` and `_fixed_x` variants are this project's own.
+"""
 
 import numpy as np
 import pytest
@@ -21,7 +26,8 @@ from constructions.encodings import TOKEN_PAD_INDEX, TOKEN_PAD_WEIGHT
 from tests.strategies import small_configs
 
 TEACHER = sample_hyperteacher(HyperteacherConfig(I=4, H=6, O=3, M=7, K=3, seed=3))
-BIJECTIONS = ("identity", "orthogonal", "interval_shuffle", "invertible_nn")
+BIJECTIONS = ("identity", "orthogonal", "interval_shuffle", "invertible_nn", "invertible_nn_tanh")
+OFFICIAL_CFG = HyperteacherConfig(I=16, H=16, O=16, M=16, K=3, seed=43)  # configs/teacher.py's sizes
 
 
 def tasks(teacher, n, seed, weights="discrete"):
@@ -30,8 +36,17 @@ def tasks(teacher, n, seed, weights="discrete"):
     return torch.as_tensor(dense_latents(supports, support_weights(supports, weights, rng), teacher.M))
 
 
-def expected_dim(name, teacher, n_shots=8):
-    return {"tokens": 2 * teacher.K, "fewshot": n_shots * (teacher.I + teacher.O)}.get(name, teacher.M)
+def expected_dim(name, teacher):
+    return {"tokens": 2 * teacher.M, "tokens_sparse": 2 * teacher.K, "fewshot": 50 * (teacher.I + teacher.O),
+            "fewshot_fixed_x": 8 * (teacher.I + teacher.O)}.get(name, teacher.M)
+
+
+def affine_r2(a, b) -> float:
+    """R² of the least-squares affine fit b ≈ a·W + c, pooled over b's columns."""
+    a, b = np.asarray(a), np.asarray(b)
+    A = np.c_[a, np.ones(len(a))]
+    coef, *_ = np.linalg.lstsq(A, b, rcond=None)
+    return 1 - ((b - A @ coef) ** 2).sum() / ((b - b.mean(0)) ** 2).sum()
 
 
 def test_linear_encodings_are_the_ones_the_teacher_and_construction_support():
@@ -51,7 +66,8 @@ def test_shapes_dtypes_and_determinism(cfg, name, seed):
         torch.testing.assert_close(enc.inverse(e), z, rtol=0, atol=1e-10)
 
 
-@pytest.mark.parametrize("name", ["orthogonal", "interval_shuffle", "invertible_nn", "fewshot"])
+@pytest.mark.parametrize("name", ["orthogonal", "interval_shuffle", "invertible_nn", "invertible_nn_tanh",
+                                  "fewshot", "fewshot_fixed_x"])
 def test_different_seeds_give_different_encoders(name):
     # A teacher without Q, so that orthogonal draws its own.
     z = tasks(TEACHER, 8, 0)
@@ -99,21 +115,80 @@ def test_interval_shuffle_is_a_bijection_of_the_unit_interval_that_moves_whole_i
         enc(torch.full((1, TEACHER.M), 1.5, dtype=torch.float64))
 
 
-def test_invertible_nn_round_trips_and_is_differentiable():
-    for M in (1, 2, 7):
+@pytest.mark.parametrize("name", ["invertible_nn", "invertible_nn_tanh"])
+def test_invertible_nn_round_trips_and_is_differentiable(name):
+    for M in (1, 2, 7, 16):
         teacher = sample_hyperteacher(HyperteacherConfig(I=2, H=2, O=2, M=M, K=1, seed=0))
-        enc = make_encoder("invertible_nn", teacher, seed=3, n_layers=4)
+        enc = make_encoder(name, teacher, seed=3, n_layers=4)
         z = torch.tensor(np.random.default_rng(0).uniform(-1, 2, (64, M)), requires_grad=True)
         e = enc(z)
         torch.testing.assert_close(enc.inverse(e), z, rtol=0, atol=1e-10)
         assert not torch.allclose(e, z)  # not secretly the identity
         e.sum().backward()
         assert torch.isfinite(z.grad).all() and (z.grad != 0).any()
-    assert len(make_encoder("invertible_nn", TEACHER, n_layers=5).state["layers"]) == 5
+    assert len(make_encoder(name, TEACHER, n_layers=5).state["layers"]) == 5
 
 
-def test_tokens_on_hand_built_latents():
-    enc = make_encoder("tokens", TEACHER)  # M = 7, K = 3
+def test_invertible_nn_is_the_papers_nearly_affine_flow_and_the_tanh_variant_is_not():
+    # Official: conditioner weights N(0, 1)·0.1, zero biases, sigmoid, s = 0.5·tanh + 1, so
+    # every sigmoid sits near 0.5 and the flow is affine up to 1 − R² ≈ 5e-7 (measured
+    # 4–5e-7 at M = 16, 5–8e-8 at M = 7); this project's tanh variant leaves 2–5e-2.
+    for teacher in (sample_hyperteacher(OFFICIAL_CFG), TEACHER):  # M = 16 as the paper's, and an odd M
+        z = tasks(teacher, 2000, 0)
+        for seed in range(3):
+            official = make_encoder("invertible_nn", teacher, seed=seed)
+            tanh = make_encoder("invertible_nn_tanh", teacher, seed=seed)
+            assert 1 - affine_r2(z, official(z)) < 1e-5
+            assert 1 - affine_r2(z, tanh(z)) > 1e-2
+    layers = make_encoder("invertible_nn", sample_hyperteacher(OFFICIAL_CFG), seed=0).state["layers"]
+    assert len(layers) == 3
+    for layer in layers:  # [M/2 → 2M → 2M → 2·M/2], zero biases, weights 0.1·N(0, 1)
+        assert [w.shape for w, _ in layer] == [(8, 32), (32, 32), (32, 16)]
+        assert all((b == 0).all() for _, b in layer)
+        w = np.concatenate([w.ravel() for w, _ in layer])
+        assert 0.09 < w.std() < 0.11
+
+
+def test_invertible_nn_is_injective_on_random_sparse_tasks():
+    teacher = sample_hyperteacher(OFFICIAL_CFG)
+    z = torch.unique(tasks(teacher, 2000, 4, "continuous"), dim=0)
+    for name in ("invertible_nn", "invertible_nn_tanh"):
+        enc = make_encoder(name, teacher, seed=5)
+        e = enc(z)
+        assert len(torch.unique(e, dim=0)) == len(z) > 1900
+        torch.testing.assert_close(enc.inverse(e), z, rtol=0, atol=1e-12)
+        # Distinct tasks stay apart in proportion to their distance, not just in the last bit.
+        off = ~torch.eye(500, dtype=torch.bool)
+        stretch = torch.cdist(e[:500], e[:500])[off] / torch.cdist(z[:500], z[:500])[off]
+        assert stretch.min() > 0.2
+
+
+def test_tokens_are_the_papers_dense_index_weight_pairs():
+    # (m, ⌊10·z_m⌋ + M + 1) for every module m = 1..M, in order; floats, dim 2M.
+    teacher4 = sample_hyperteacher(HyperteacherConfig(I=2, H=2, O=2, M=4, K=2, seed=0))
+    enc = make_encoder("tokens", teacher4)
+    e = enc(torch.tensor([[0, 0.55, 0, 1.0], [0.5, 0, 0.8, 0]], dtype=torch.float64))
+    assert enc.dim == 8 and e.dtype == torch.float64 and not enc.differentiable
+    assert e.tolist() == [[1, 5, 2, 10, 3, 5, 4, 15], [1, 10, 2, 5, 3, 13, 4, 5]]
+    # The official docstring's example, as its code computes it: [0.5, 0.8, 0] → 1,9,2,12,3,4.
+    teacher3 = sample_hyperteacher(HyperteacherConfig(I=2, H=2, O=2, M=3, K=2, seed=0))
+    assert make_encoder("tokens", teacher3)(torch.tensor([[0.5, 0.8, 0.0]])).tolist() == [[1, 9, 2, 12, 3, 4]]
+    # Every discrete weight k/10 lands on its own token, however 10·k/10 rounds.
+    w = torch.arange(11, dtype=torch.float64) / 10
+    e = make_encoder("tokens", sample_hyperteacher(OFFICIAL_CFG))(w[:, None].expand(-1, 16))
+    assert e[:, 1].tolist() == [17.0 + k for k in range(11)]
+
+
+def test_tokens_are_affine_in_z_and_the_sparse_variant_is_not():
+    # Measured: R² = 1.0000 (official, discrete weights), 0.09 (sparse) at M = 16, K = 3.
+    teacher = sample_hyperteacher(OFFICIAL_CFG)
+    z = tasks(teacher, 2000, 0)
+    assert affine_r2(make_encoder("tokens", teacher)(z), z) >= 0.9999
+    assert affine_r2(make_encoder("tokens_sparse", teacher)(z), z) < 0.5
+
+
+def test_tokens_sparse_on_hand_built_latents():
+    enc = make_encoder("tokens_sparse", TEACHER)  # M = 7, K = 3
     z = torch.zeros(3, 7, dtype=torch.float64)
     z[0, 5], z[0, 2] = 1.0, 0.53
     z[1, [0, 3, 6]] = torch.tensor([0.6, 0.75, 0.94], dtype=torch.float64)
@@ -126,8 +201,25 @@ def test_tokens_on_hand_built_latents():
         enc(torch.ones(1, 7, dtype=torch.float64))
 
 
-def test_fewshot_shows_the_teacher_at_the_stored_inputs():
-    enc = make_encoder("fewshot", TEACHER, seed=1, n_shots=5)
+def test_fewshot_is_the_papers_50_shots_at_fresh_inputs():
+    enc = make_encoder("fewshot", TEACHER, seed=1)
+    n, I, O = 50, TEACHER.I, TEACHER.O
+    assert enc.dim == n * (I + O) and enc.stochastic
+    z = tasks(TEACHER, 4, 0)[[0, 0, 1, 2]]  # the same task twice
+    e = enc(z)
+    x, y = e[:, :n * I].reshape(4, n, I), e[:, n * I:].reshape(4, n, O)  # all inputs, then all outputs
+    assert x.abs().max() <= 1 and x.std() > 0.4  # uniform on [-1, 1]
+    for b in range(4):
+        torch.testing.assert_close(y[b], TEACHER.forward(z[b].expand(n, -1), x[b]), rtol=0, atol=1e-14)
+    assert not torch.equal(x[0], x[1])  # fresh inputs for every task
+    assert not torch.equal(enc(z)[:, :n * I], e[:, :n * I])  # and on every call
+    again = make_encoder("fewshot", TEACHER, seed=1)
+    torch.testing.assert_close(again(z), e, rtol=0, atol=0)  # the same sequence for the same seed
+    assert not make_encoder("fewshot_fixed_x", TEACHER).stochastic
+
+
+def test_fewshot_fixed_x_shows_the_teacher_at_the_stored_inputs():
+    enc = make_encoder("fewshot_fixed_x", TEACHER, seed=1, n_shots=5)
     x = torch.as_tensor(enc.state["x"])
     assert x.shape == (5, TEACHER.I) and x.abs().max() <= 1
     z = tasks(TEACHER, 6, 0).requires_grad_(True)
@@ -145,6 +237,10 @@ def test_bad_names_options_and_shapes_raise():
         make_encoder("onehot", TEACHER)
     with pytest.raises(ValueError, match="unknown options for fewshot: n_layers"):
         make_encoder("fewshot", TEACHER, n_layers=2)
+    with pytest.raises(ValueError, match="tokens_sparse, fewshot_fixed_x"):
+        make_encoder("tokens_dense", TEACHER)
+    with pytest.raises(ValueError, match="unknown options for invertible_nn: hidden"):
+        make_encoder("invertible_nn", TEACHER, hidden=16)
     with pytest.raises(ValueError, match=r"shape \(B, 7\)"):
         make_encoder("identity", TEACHER)(torch.zeros(2, 6, dtype=torch.float64))
     with pytest.raises(NotImplementedError, match="tokens"):

@@ -53,7 +53,8 @@ def build_parser() -> cli.Parser:
     p.add_argument("--split", default="random", choices=SPLITS,
                    help="which supports are held out (default random)")
     p.add_argument("--held-out", type=open_fraction, default=0.25,
-                   help="held-out fraction of supports, in (0, 1), for the random and rare-modules splits "
+                   help="held-out fraction of supports, in (0, 1), for every split except non_compositional "
+                        "(missing-module) and popular-modules-half "
                         "(default 0.25)")
     p.add_argument("--shapes", nargs="+", default=["matched", "balanced"], choices=SHAPES,
                    help="MLP shapes to train: matched (the construction's widths), balanced (two equal "
