@@ -41,7 +41,7 @@ class SgdPlan:
 # construction's ([872, 4] at ε = 3e-2) and cost little; balanced ones are two equal layers whose cost
 # per step grows with the square of the size, which is what bounds ε from below here (ε = 1e-2: 1,484
 # hidden units, ~25 ms a step on one core). Figure 6 uses ε = 3e-2 (876 units) so that
-# five splits (7, 11, 14, 18 and 27 training supports) fit the budget; its held-out
+# five splits (8, 11, 15, 18 and 27 training supports) fit the budget; its held-out
 # fraction 0.25 is figure 5's split, so that run is shared.
 DEFAULT = SgdPlan(I=4, H=4, O=4, M=8, K=2, steps=3000, eval_samples=64,
                   size_eps=(1e-1, 3e-2, 1e-2), size_held_out=0.25,
