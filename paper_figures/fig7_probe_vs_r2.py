@@ -1,13 +1,13 @@
 """Figure 7: linear decodability of z against held-out compositional R², across every SGD
 run of figures 5 and 6.
 
-For each trained network, `verify.sgd` fits a ridge probe z ← activations on each hidden
-layer, on a fixed number of (task, x) rows from the training tasks, and scores its R² on
-as many rows from the held-out tasks. The row count is fixed, but a probe fitted on T
-training tasks still sees only T distinct z: with T close to M even the construction,
-which holds z verbatim, scores low, so probe R² tracks the task count for every network.
-Each point is one network at its best layer (the highest probe R² over its hidden
-layers; the selection uses the held-out score, so it is an optimistic summary, and every
+For each trained network, `verify.sgd` fits the paper's probe (verify.metrics.probe_r2):
+a ridge z ← features with λ = 1, one row per task, on up to 512 training tasks, scored by
+the mean per-dimension R² on up to 1,024 held-out tasks, for the encoding, each hidden
+layer before its ReLU and the output. A probe fitted on T training tasks sees only T
+distinct z, so with T close to M probe R² tracks the task count for every network.
+Each point is one network at its best hidden layer (the highest probe R² over its hidden
+layers, pre-ReLU; the selection uses the held-out score, so it is an optimistic summary, and every
 layer's value is in the data). Colour: shape; marker: size; the number next to a point:
 its training tasks. Pearson r is over the SGD points (drawn when there are at least
 three); the construction, right on every task by design, is drawn for reference and
@@ -28,9 +28,15 @@ NAME = "fig7_probe_vs_r2"
 MIN_POINTS_FOR_R = 3
 
 
+def hidden_layers(probe: list | None) -> list:
+    """The hidden layers' probe R² (pre-ReLU), in order, from verify.sgd's (feature, R²) pairs;
+    the encoding and the output are probed too but are not the network's representation."""
+    return [v for name, v in probe or [] if name.startswith("layer")]
+
+
 def best_layer(probe: list | None) -> tuple[int, float] | None:
-    """(1-based layer, probe R²) of the best finite layer, or None."""
-    finite = [(v, i + 1) for i, v in enumerate(probe or []) if v is not None and math.isfinite(v)]
+    """(1-based hidden layer, probe R²) of the best finite hidden layer, or None."""
+    finite = [(v, i + 1) for i, v in enumerate(hidden_layers(probe)) if v is not None and math.isfinite(v)]
     if not finite:
         return None
     value, layer = max(finite)
@@ -49,7 +55,8 @@ def point(r: dict, row: dict, series: str) -> dict | None:
     if best is None or not math.isfinite(y):
         return None
     return dict(panel="a", series=series, x=best[1], y=y, best_layer=best[0],
-                probe_r2_layers=" ".join(repr(float("nan" if v is None else v)) for v in row["probe_r2"]),
+                probe_r2_layers=" ".join(repr(float("nan" if v is None else v))
+                                         for v in hidden_layers(row["probe_r2"])),
                 network=row["network"],
                 hidden_units=row["hidden_units"], eps=r["eps"], held_out_fraction=r["held_out"],
                 n_train=r["split"]["n_train"], n_test=r["split"]["n_test"], train_r2=row["train_r2"],
@@ -78,7 +85,7 @@ def compute(p: sgd_data.SgdPlan, progress: bool | None = None) -> tuple[list[dic
     for shape in p.shapes:
         sel = [r for r in sgd if r["network"] == f"sgd {shape}"]
         correlation[shape] = dict(n=len(sel), pearson_r=pearson([r["x"] for r in sel], [r["y"] for r in sel]))
-    # The probe's sample size is fixed, so what is left of this correlation is the networks'.
+    # The probe fits one row per training task, so part of this correlation is the probe's own.
     probe_vs_tasks = pearson([r["x"] for r in sgd], [r["n_train"] for r in sgd])
     meta = dict(plan=p, checks={}, layer="best hidden layer (highest held-out probe R²)",
                 correlation=correlation, probe_r2_vs_n_train_pearson_r=probe_vs_tasks,
@@ -122,7 +129,7 @@ def plot(rows: list[dict], meta: dict, p: sgd_data.SgdPlan):
         r = "—" if c["pearson_r"] is None else f"{c['pearson_r']:+.3f}"
         lines.append(f"  {key:<9} n={c['n']:<3} r = {r}")
     r = meta["probe_r2_vs_n_train_pearson_r"]
-    lines += ["", "The probe is fitted on a fixed", "number of rows, whatever the", "task count:",
+    lines += ["", "The probe fits one row per", "training task (up to 512):",
               f"  probe R² vs tasks: r = {'—' if r is None else f'{r:+.3f}'}"]
     construction = [r["x"] for r in rows if r["series"] == "construction"]
     if construction:  # its first layer holds z verbatim (M units), so a perfect linear probe exists

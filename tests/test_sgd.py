@@ -14,11 +14,20 @@ import torch
 import verify.sgd as sgd
 from constructions import HyperteacherConfig, enumerate_supports, sample_hyperteacher
 from verify.metrics import (
+    PAPER_HELD_OUT_TASKS,
+    PAPER_PROBE_FIT_TASKS,
+    PAPER_PROBE_L2,
+    PAPER_SAMPLES_PER_TASK,
     TaskSamples,
     compositional_r2,
+    compositional_r2_paper,
+    mean_dimension_r2,
     predict,
     probe_r2,
+    probe_r2_pooled,
+    r2_score,
     ridge_fit_predict,
+    ridge_fit_predict_paper,
     rmse,
     sample_tasks,
 )
@@ -80,7 +89,7 @@ def test_probe_reads_z_off_a_layer_that_holds_it(teacher):
     rng = np.random.default_rng(1)
     supports = enumerate_supports(5, 2)
     train, test = sample_tasks(teacher, supports, 4, rng), sample_tasks(teacher, supports, 4, rng)
-    r2 = probe_r2(net, train, test, teacher.encode, alpha=1e-8)
+    r2 = probe_r2_pooled(net, train, test, teacher.encode, alpha=1e-8)
     assert r2[0] == pytest.approx(1.0, abs=1e-6) and r2[1] < 0.99
 
 
@@ -100,8 +109,128 @@ def test_probe_sample_size_does_not_grow_with_the_task_count(teacher, monkeypatc
     test = sample_tasks(teacher, supports[:10], 30, rng)
     for n_tasks in (10, 100):
         train = sample_tasks(teacher, supports[rng.integers(len(supports), size=n_tasks)], 30, rng)
-        probe_r2(net, train, test, teacher.encode, rows=200)
+        probe_r2_pooled(net, train, test, teacher.encode, rows=200)
     assert seen == [(200, 200), (200, 200)]
+
+
+def paper_probe_data(teacher, n_fit, n_test, seed):
+    """Tasks drawn with replacement from all supports, each with its own weights, so there are
+    as many distinct z as tasks."""
+    rng = np.random.default_rng(seed)
+    supports = enumerate_supports(teacher.M, teacher.K)
+    draw = lambda n: sample_tasks(teacher, supports[rng.integers(len(supports), size=n)], 4, rng)  # noqa: E731
+    return draw(n_fit), draw(n_test)
+
+
+def test_paper_constants():
+    assert (PAPER_SAMPLES_PER_TASK, PAPER_HELD_OUT_TASKS, PAPER_PROBE_FIT_TASKS, PAPER_PROBE_L2) == (
+        16, 1024, 512, 1.0)
+
+
+def test_paper_probe_reads_z_off_the_pre_relu_first_layer_and_the_encoding(teacher):
+    """The first Linear's output is affine in [z, x], so with one row per task a λ = 1 ridge
+    recovers z from it; so it does from the identity encoding. A post-ReLU or pooled probe
+    of the same layer need not."""
+    assert teacher.Q is None  # identity encoding
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Linear(teacher.M + teacher.I, 32), torch.nn.ReLU(),
+                              torch.nn.Linear(32, 16), torch.nn.ReLU(),
+                              torch.nn.Linear(16, teacher.O)).double()
+    fit, test = paper_probe_data(teacher, 600, 1100, seed=4)
+    r2 = probe_r2(net, fit, test, teacher.encode)
+    assert [name for name, _ in r2] == ["encoding", "layer1", "layer2", "output"]
+    scores = dict(r2)
+    assert scores["encoding"] >= 0.99 and scores["layer1"] >= 0.99
+    assert scores["output"] < 0.99  # O = 2 outputs cannot hold M = 5 coordinates linearly
+
+
+def test_paper_probe_fits_one_row_per_task_with_lambda_one(teacher, monkeypatch):
+    import verify.metrics as metrics
+
+    seen = []
+    real = metrics.ridge_fit_predict_paper
+    monkeypatch.setattr(metrics, "ridge_fit_predict_paper",
+                        lambda a, z, b, l2: seen.append((a.shape, z.shape, b.shape, l2)) or real(a, z, b, l2))
+    net = torch.nn.Sequential(torch.nn.Linear(teacher.M + teacher.I, 8), torch.nn.ReLU(),
+                              torch.nn.Linear(8, teacher.O)).double()
+    fit, test = paper_probe_data(teacher, 600, 1100, seed=5)
+    probe_r2(net, fit, test, teacher.encode)
+    widths = [teacher.M, 8, teacher.O]  # encoding, layer1, output
+    assert seen == [((512, w), (512, teacher.M), (1024, w), 1.0) for w in widths]
+    # With fewer tasks than that, every task is one row.
+    seen.clear()
+    probe_r2(net, *paper_probe_data(teacher, 30, 40, seed=6), teacher.encode)
+    assert [(a[0], b[0]) for a, _, b, _ in seen] == [(30, 40)] * 3
+
+
+def test_paper_probe_reads_each_task_at_its_last_sample(teacher, monkeypatch):
+    import verify.metrics as metrics
+
+    seen = []
+    real = metrics.probe_features
+    monkeypatch.setattr(metrics, "probe_features", lambda net, e, x: seen.append(x) or real(net, e, x))
+    net = torch.nn.Sequential(torch.nn.Linear(teacher.M + teacher.I, 8), torch.nn.ReLU(),
+                              torch.nn.Linear(8, teacher.O)).double()
+    fit, test = paper_probe_data(teacher, 20, 30, seed=7)
+    probe_r2(net, fit, test, teacher.encode)
+    assert torch.equal(seen[0], fit.x[:, -1]) and torch.equal(seen[1], test.x[:, -1])
+
+
+def test_paper_ridge_is_lambda_one_with_a_penalised_masked_intercept():
+    """One row x = 2, y = 3: A = [2, 1], w = Aᵀ(AAᵀ + 1)⁻¹ y = [1, 0.5], so the prediction at
+    x = 2 is 2.5 (an unpenalised or λ → 0 fit would give 3). A row with a zero feature gets no
+    intercept column in the fit: A = [0, 2, 0], w = [0, 1.2, 0], prediction 2.4."""
+    one = lambda *v: torch.tensor([v], dtype=torch.float64)  # noqa: E731
+    assert float(ridge_fit_predict_paper(one(2.0), one(3.0), one(2.0))) == pytest.approx(2.5, abs=1e-12)
+    assert float(ridge_fit_predict_paper(one(0.0, 2.0), one(3.0), one(0.0, 2.0))) == pytest.approx(
+        2.4, abs=1e-12)
+
+
+@pytest.mark.parametrize("n,d", [(50, 8), (8, 50)])
+def test_paper_ridge_primal_and_dual_agree(n, d):
+    g = torch.Generator().manual_seed(1)
+    X = torch.randn(n, d, generator=g, dtype=torch.float64)
+    Y = torch.randn(n, 3, generator=g, dtype=torch.float64)
+    Xt = torch.randn(7, d, generator=g, dtype=torch.float64)
+    A = torch.cat([X, torch.ones(n, 1, dtype=X.dtype)], 1)
+    w = torch.linalg.solve(A.T @ A + torch.eye(d + 1, dtype=X.dtype), A.T @ Y)
+    want = torch.cat([Xt, torch.ones(7, 1, dtype=X.dtype)], 1) @ w
+    torch.testing.assert_close(ridge_fit_predict_paper(X, Y, Xt, 1.0), want, rtol=1e-9, atol=1e-10)
+
+
+def test_mean_per_dimension_r2_is_not_the_pooled_r2():
+    """z₁ varies 100× more than z₂; the prediction is exact on z₁ and constant on z₂. Per
+    dimension: (1 + 0) / 2 = 0.5. Pooled: 1 − 1/(10⁴ + 1) ≈ 1."""
+    t = torch.tensor([-1.0, 1.0, -1.0, 1.0], dtype=torch.float64)
+    target = torch.stack([100 * t, t], dim=1)
+    pred = torch.stack([100 * t, torch.zeros(4, dtype=torch.float64)], dim=1)
+    assert mean_dimension_r2(pred, target) == pytest.approx(0.5, abs=1e-12)
+    assert r2_score(pred, target) == pytest.approx(1 - 1 / 10001, abs=1e-12)
+
+
+def test_paper_r2_is_the_mean_of_elementwise_errors_over_per_task_output_variance(teacher):
+    rng = np.random.default_rng(8)
+    samples = sample_tasks(teacher, enumerate_supports(5, 2), PAPER_SAMPLES_PER_TASK, rng)
+    assert compositional_r2_paper(samples.y.clone(), samples) == 1.0
+    mean = samples.y.mean(dim=1, keepdim=True).expand_as(samples.y)
+    assert compositional_r2_paper(mean, samples) == pytest.approx(0.0, abs=1e-12)
+    # As compscale/loss.py writes it: 1 − (pred − y)² / base_mse for every (task, sample,
+    # output), base_mse the (task, output)'s variance over samples, then the mean of all.
+    g = torch.Generator().manual_seed(0)
+    pred = samples.y + 0.1 * torch.randn(samples.y.shape, generator=g, dtype=samples.y.dtype)
+    base = ((samples.y - samples.y.mean(1, keepdim=True)) ** 2).mean(1, keepdim=True)
+    want = float((1 - (pred - samples.y) ** 2 / base).mean())
+    assert compositional_r2_paper(pred, samples) == pytest.approx(want, rel=1e-12)
+
+
+def test_paper_r2_counts_every_pair_where_ours_skips_constant_ones():
+    """Task 1's target is constant: the paper's estimator divides by its zero variance, this
+    project's leaves the pair out."""
+    y = torch.tensor([[[0.0], [2.0]], [[1.0], [1.0]]], dtype=torch.float64)
+    samples = TaskSamples(torch.zeros(2, 1), torch.zeros(2, 2, 1), y)
+    pred = y + torch.tensor([[[1.0], [1.0]], [[0.5], [0.5]]], dtype=torch.float64)
+    assert compositional_r2(pred, samples) == (0.0, 0.5)
+    assert compositional_r2_paper(pred, samples) == float("-inf")
 
 
 def test_shapes():
@@ -259,3 +388,16 @@ def test_a_closed_pipe_ends_quietly_and_the_files_are_written(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert "Traceback" not in proc.stderr and "BrokenPipe" not in proc.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["report.json", "sgd_matched.pt"]
+
+
+def test_probe_score_leaves_out_coordinates_that_do_not_vary():
+    """A z coordinate constant on the scored tasks has no R² (SST = 0): it must not turn the
+    mean into −inf (as it did for every network on the default split's 9 held-out tasks)."""
+    import math
+
+    from verify.metrics import mean_dimension_r2
+
+    target = torch.tensor([[0.0, 1.0], [0.0, 2.0], [0.0, 3.0]], dtype=torch.float64)
+    pred = torch.tensor([[0.1, 1.0], [0.0, 2.0], [0.0, 4.0]], dtype=torch.float64)
+    assert mean_dimension_r2(pred, target) == pytest.approx(1 - 1 / 2)
+    assert math.isnan(mean_dimension_r2(pred, torch.zeros_like(target)))

@@ -1,15 +1,21 @@
 """Average-case metrics on a set of tasks, the same for trained networks and constructions.
 
 - RMSE over tasks, samples and outputs.
-- Compositional R², as in the paper: the mean over tasks t and outputs o of
-  1 − MSE_{t,o} / Var_{t,o}, the variance taken over the task's own samples.
-- Linear decodability: a ridge probe per hidden layer that predicts z from the layer's
-  activations, fitted on a fixed number of rows from training tasks and scored by R² on
-  the same number of rows from held-out tasks.
+- Compositional R²: the mean over tasks t and outputs o of 1 − MSE_{t,o} / Var_{t,o}, the
+  variance taken over the task's own samples. `compositional_r2_paper` is the official
+  code's estimator (every pair counts); `compositional_r2` is this project's, which skips
+  pairs whose target does not vary.
+- Linear decodability: `probe_r2` is the official code's probe (one row per task, ridge
+  with λ = 1, mean per-dimension R², on the encoding, each layer before its ReLU and the
+  output); `probe_r2_pooled` is this project's earlier probe, not the paper's.
+
+The official code is github.com/smonsays/scale-compositionality; where a definition here
+follows it, the comment names the file and function it was read from.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -21,6 +27,12 @@ from constructions.hyperteacher import Hyperteacher, dense_latents, sample_input
 # A (task, output) pair whose target barely varies over x (an output whose ReLUs are all
 # off for that task, say) has no meaningful R²: 1 − MSE/Var would divide by ~0.
 MIN_VARIANCE = 1e-12
+
+# The paper's evaluation sizes (configs/teacher.py and compscale/callbacks.py).
+PAPER_SAMPLES_PER_TASK = 16  # HyperTeacherConfig.num_samples: every task, train or eval, has 16
+PAPER_HELD_OUT_TASKS = 1024  # DatasetConfig.num_ood (and num_test)
+PAPER_PROBE_FIT_TASKS = 512  # ExtendedActivationProbing fits on the first half of the 1,024 'test' tasks
+PAPER_PROBE_L2 = 1.0  # CallbackConfig.l2_reg
 
 
 @dataclass(frozen=True)
@@ -68,6 +80,17 @@ def compositional_r2(pred: torch.Tensor, samples: TaskSamples) -> tuple[float, f
     return float((1 - mse[used] / var[used]).mean()), float(used.double().mean())
 
 
+def compositional_r2_paper(pred: torch.Tensor, samples: TaskSamples) -> float:
+    """The official R² (compscale/loss.py, MeanSquaredError, with base_mse from
+    compscale/data/teacher.py): each squared error divided by its (task, output)'s variance
+    over the task's own samples (ddof 0), averaged over tasks, samples and outputs, which is
+    the mean over (task, output) pairs of 1 − MSE/Var. Every pair counts: a pair whose target
+    is constant gives inf or nan here, as it would there."""
+    mse = ((pred - samples.y) ** 2).mean(dim=1)
+    var = samples.y.var(dim=1, unbiased=False)
+    return float((1 - mse / var).mean())
+
+
 def hidden_activations(net: nn.Sequential, inputs: torch.Tensor) -> list[torch.Tensor]:
     """Outputs of every ReLU of a Linear/ReLU stack, in order."""
     acts, h = [], inputs
@@ -101,9 +124,10 @@ def r2_score(pred: torch.Tensor, target: torch.Tensor) -> float:
     return 1.0 - float(((pred - target) ** 2).sum()) / sst if sst > 0 else float("nan")
 
 
-def probe_r2(net: nn.Sequential, train: TaskSamples, test: TaskSamples, encode,
-             alpha: float = 1e-4, rows: int = 2000, seed: int = 0) -> list[float]:
-    """Held-out R² of a ridge probe z ← hidden activations, one value per hidden layer.
+def probe_r2_pooled(net: nn.Sequential, train: TaskSamples, test: TaskSamples, encode,
+                    alpha: float = 1e-4, rows: int = 2000, seed: int = 0) -> list[float]:
+    """This project's probe, not the paper's (that is `probe_r2`): held-out pooled R² of a
+    ridge probe z ← post-ReLU activations, one value per hidden layer.
 
     The probe sees the same number of rows however many tasks there are: `rows` (task,
     sample) pairs drawn uniformly from each side. One row per task would let the probe's
@@ -126,3 +150,75 @@ def probe_r2(net: nn.Sequential, train: TaskSamples, test: TaskSamples, encode,
     test_acts, test_z = probe_rows(test)
     return [r2_score(ridge_fit_predict(a.double(), train_z, b.double(), alpha), test_z)
             for a, b in zip(train_acts, test_acts, strict=True)]
+
+
+def probe_features(net: nn.Sequential, encoding: torch.Tensor,
+                   x: torch.Tensor) -> list[tuple[str, torch.Tensor]]:
+    """What the official probe reads: the encoding itself ("encoding"), then every Linear's
+    output ("layer1", "layer2", … before their ReLUs, and "output"). Flax records each Dense
+    module's output and a ReLU is no module, so the paper probes pre-activations
+    (compscale/model/policy.py, MultilayerPerceptronPolicy; callbacks.py adds "z_layer")."""
+    linears = [i for i, layer in enumerate(net) if isinstance(layer, nn.Linear)]
+    feats, h = [("encoding", encoding)], torch.cat([encoding, x], dim=1)
+    with torch.no_grad():
+        for i, layer in enumerate(net):
+            h = layer(h)
+            if isinstance(layer, nn.Linear):
+                name = "output" if i == linears[-1] else f"layer{linears.index(i) + 1}"
+                feats.append((name, h))
+    return feats
+
+
+def ridge_fit_predict_paper(train_x: torch.Tensor, train_y: torch.Tensor, test_x: torch.Tensor,
+                            l2_reg: float = PAPER_PROBE_L2) -> torch.Tensor:
+    """The official ridge (compscale/model/regression.py, RidgeRegression): minimise
+    |A w − y|² + l2_reg |w|² with A = [X, c], nothing centred, the intercept penalised too.
+    The fit's intercept column c is 1 only on rows whose features are all nonzero (the code
+    meant it as a padding mask), so on a sparse encoding the intercept is mostly absent;
+    prediction always adds it. The official code solves by 10 steps of conjugate gradients
+    from 0; this solves exactly, in the primal or the dual form, whichever is smaller."""
+    mask = (train_x != 0).all(dim=1, keepdim=True).to(train_x.dtype)
+    A = torch.cat([train_x, mask], dim=1)
+    At = torch.cat([test_x, torch.ones(len(test_x), 1, dtype=test_x.dtype)], dim=1)
+    n, d = A.shape
+    if d <= n:
+        w = torch.linalg.solve(A.T @ A + l2_reg * torch.eye(d, dtype=A.dtype), A.T @ train_y)
+        return At @ w
+    return (At @ A.T) @ torch.linalg.solve(A @ A.T + l2_reg * torch.eye(n, dtype=A.dtype), train_y)
+
+
+def mean_dimension_r2(pred: torch.Tensor, target: torch.Tensor) -> float:
+    """R² of each coordinate of z on its own (1 − SSE/SST, RidgeRegression.score), then the
+    mean over coordinates (ExtendedActivationProbing). Unlike a pooled R², a coordinate that
+    varies little weighs as much as one that varies a lot.
+
+    A coordinate that is constant on the scored tasks (a module absent from every held-out
+    support, say) has SST = 0 and no R²; the official score would be −inf or NaN there and
+    poison the mean. It is left out of the mean here (this project's choice); NaN when no
+    coordinate varies."""
+    sse = ((pred - target) ** 2).sum(0)
+    sst = ((target - target.mean(0)) ** 2).sum(0)
+    varies = sst > 0
+    if not bool(varies.any()):
+        return math.nan
+    return float((1 - sse[varies] / sst[varies]).mean())
+
+
+def probe_r2(net: nn.Sequential, fit: TaskSamples, test: TaskSamples, encode,
+             fit_tasks: int = PAPER_PROBE_FIT_TASKS, test_tasks: int = PAPER_HELD_OUT_TASKS,
+             l2_reg: float = PAPER_PROBE_L2) -> list[tuple[str, float]]:
+    """The paper's probe (compscale/callbacks.py, ExtendedActivationProbing): a ridge
+    z ← features fitted on the first `fit_tasks` tasks of `fit` and scored on the first
+    `test_tasks` of `test`, one row per task (its last sample, as the callback takes the last
+    of each task's 16), by the mean per-dimension R². Returns (feature name, R²) for the
+    encoding, each hidden layer before its ReLU, and the output (see probe_features)."""
+    dtype = next(net.parameters()).dtype
+
+    def rows(samples: TaskSamples, n: int):
+        z = samples.z[:n]
+        return probe_features(net, encode(z).to(dtype), samples.x[:n, -1].to(dtype)), z.double()
+
+    fit_feats, fit_z = rows(fit, fit_tasks)
+    test_feats, test_z = rows(test, test_tasks)
+    return [(name, mean_dimension_r2(ridge_fit_predict_paper(a.double(), fit_z, b.double(), l2_reg), test_z))
+            for (name, a), (_, b) in zip(fit_feats, test_feats, strict=True)]

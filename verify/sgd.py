@@ -283,10 +283,10 @@ def format_report(r: dict) -> str:
              "",
              f"{'network':<30} {'hidden':>8} {'sup train':>10} {'sup held':>10} {'RMSE train':>10} "
              f"{'RMSE held':>10} {'R² train':>9} {'R² held':>9} {'held/train':>10} {'vs constr':>9}"
-             "  probe R²"]
+             "  probe R² (encoding, each layer pre-ReLU, output)"]
     for row in r["rows"]:
         ratio = row.get("sgd_over_construction_held_out_sup")
-        probe = "—" if row["probe_r2"] is None else " ".join(f"{p:.3f}" for p in row["probe_r2"])
+        probe = "—" if row["probe_r2"] is None else " ".join(f"{v:.3f}" for _, v in row["probe_r2"])
         lines.append(f"{row['network']:<30} {row['hidden_units']:>8,} {_fmt(row['train_sup']):>10} "
                      f"{_fmt(row['held_out_sup']):>10} {_fmt(row['train_rmse']):>10} "
                      f"{_fmt(row['held_out_rmse']):>10} {_fmt(row['train_r2'], '.4f'):>9} "
