@@ -22,6 +22,7 @@ import json
 import math
 import os
 import secrets
+import signal
 import sys
 import tempfile
 import threading
@@ -310,6 +311,10 @@ def main_of(prog: str, parse: Callable[[list[str]], object], work: Callable[[obj
         _stderr(f"{prog}: error: {e} (see --help)")
         return EXIT_USAGE
     except KeyboardInterrupt:
+        # Once interrupted, the process only winds down: a SIGINT tripped again before it
+        # ends (seen in CI) would otherwise surface after main() as an unhandled
+        # KeyboardInterrupt, and Python would end the process by the signal, not exit 130.
+        signal.signal(signal.SIGINT, lambda signum, frame: None)
         _stderr(f"{prog}: interrupted; no output file was left half-written")
         return EXIT_INTERRUPTED
     except BrokenPipeError:
