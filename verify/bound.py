@@ -11,7 +11,6 @@ Exit codes: 0 every check holds, 1 a bound is violated, 2 usage error, 3 interna
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 from constructions.names import CONSTRUCTION_HELP, CONSTRUCTIONS, ENCODINGS, WEIGHTS, default_constants
@@ -244,4 +243,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    cli.exit(main())

@@ -330,6 +330,18 @@ def main_of(prog: str, parse: Callable[[list[str]], object], work: Callable[[obj
         return EXIT_INTERNAL
 
 
+def exit(code: int) -> None:
+    """The end of `python -m <cli>`: sys.exit(code), except after Ctrl-C, where the
+    interpreter's teardown is skipped (files are already whole): in CI a run that had
+    printed its one line and returned 130 still ended by SIGINT during that teardown."""
+    if code == EXIT_INTERRUPTED:
+        with contextlib.suppress(OSError, ValueError):
+            sys.stdout.flush()
+            sys.stderr.flush()
+        os._exit(code)
+    sys.exit(code)
+
+
 def _stderr(line: str) -> None:
     with contextlib.suppress(OSError):
         print(line, file=sys.stderr, flush=True)
