@@ -115,6 +115,24 @@ def test_interval_shuffle_is_a_bijection_of_the_unit_interval_that_moves_whole_i
         enc(torch.full((1, TEACHER.M), 1.5, dtype=torch.float64))
 
 
+def test_interval_shuffle_agrees_with_the_official_float32_rule():
+    """The official encoder (compscale/data/utils.py) runs in float32: interval int(v / 0.1)
+    capped at 9, offset v − 0.1·interval, 1.0 kept. This one finds the interval by exact
+    comparison in float64. On the discrete weight levels and on random weights the two
+    agree to float32 rounding: no value lands in another interval."""
+    enc = make_encoder("interval_shuffle", TEACHER, seed=7)
+    perm = enc.state["permutation"]
+    # The levels as each side holds them: float64 here, float32 there (0.7 becomes 0.69999999).
+    levels = np.array([0.0, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0])
+    here = np.concatenate([levels, np.random.default_rng(0).uniform(0, 1, 5000).astype(np.float32)])
+    there = here.astype(np.float32)
+    k = np.minimum((there / np.float32(0.1)).astype(np.int32), 9)
+    official = perm[k].astype(np.float32) * np.float32(0.1) + (there - k.astype(np.float32) * np.float32(0.1))
+    official = np.where(there == 1.0, np.float32(1.0), official)
+    ours = enc(torch.as_tensor(here)[:, None].expand(-1, TEACHER.M))[:, 0].numpy()
+    np.testing.assert_allclose(ours, official, rtol=0, atol=3e-7)
+
+
 @pytest.mark.parametrize("name", ["invertible_nn", "invertible_nn_tanh"])
 def test_invertible_nn_round_trips_and_is_differentiable(name):
     for M in (1, 2, 7, 16):

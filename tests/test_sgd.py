@@ -173,7 +173,14 @@ def test_paper_probe_reads_each_task_at_its_last_sample(teacher, monkeypatch):
                               torch.nn.Linear(8, teacher.O)).double()
     fit, test = paper_probe_data(teacher, 20, 30, seed=7)
     probe_r2(net, fit, test, teacher.encode)
-    assert torch.equal(seen[0], fit.x[:, -1]) and torch.equal(seen[1], test.x[:, -1])
+    assert torch.equal(seen[0], fit.x) and torch.equal(seen[1], test.x)
+    # Of a task's samples, the MLP's features are those of the last one alone.
+    e = teacher.encode(fit.z)
+    layer1 = dict(real(net, e, fit.x))["layer1"]
+    torch.testing.assert_close(layer1, net[0](torch.cat([e, fit.x[:, -1]], dim=1)), rtol=0, atol=0)
+    changed = fit.x.clone()
+    changed[:, :-1] = 0.0
+    torch.testing.assert_close(dict(real(net, e, changed))["layer1"], layer1, rtol=0, atol=0)
 
 
 def test_paper_ridge_is_lambda_one_with_a_penalised_masked_intercept():
@@ -253,10 +260,10 @@ def test_training_lowers_the_loss_and_is_reproducible(teacher):
 
 
 TINY = ["--M", "4", "--K", "2", "--I", "2", "--H", "2", "--O", "2", "--steps", "60", "--eval-samples", "8",
-        "--no-progress"]
+        "--eval-tasks", "64", "--no-progress"]
 # I = 3 skips the measurer's exhaustive grid over x (I ≤ 2), which dominates a tiny run.
 FAST = ["--M", "4", "--K", "2", "--I", "3", "--H", "2", "--O", "2", "--steps", "5", "--eval-samples", "4",
-        "--no-progress"]
+        "--eval-tasks", "32", "--no-progress"]
 
 
 def test_cli_reports_every_metric_for_the_construction_and_each_network(capsys, tmp_path, monkeypatch):
@@ -313,6 +320,15 @@ def files_under(folder: Path) -> list[str]:
     (["--widths", "8", "8"], "--shapes custom"),
     (["--paper", "--shapes", "matched", "--widths", "8"], "--shapes custom"),
     (["--threads", "0"], "positive integer"),
+    (["--student", "rnn"], "invalid choice"),
+    (["--d-model", "32"], "--d-model applies to --student transformer"),
+    (["--student", "hypernetwork", "--n-layers", "2"], "--n-layers applies to --student transformer"),
+    (["--d-ffw", "32"], "--d-ffw applies to --student transformer or hypernetwork"),
+    (["--student", "transformer", "--shapes", "matched"], "--shapes applies to --student mlp"),
+    (["--student", "transformer", "--init", "torch_default"], "--init applies to --student mlp"),
+    (["--student", "transformer", "--d-model", "10", "--n-heads", "3"], "multiple of --n-heads"),
+    (["--init", "xavier"], "invalid choice"), (["--decay", "none"], "invalid choice"),
+    (["--eval-tasks", "0"], "positive integer"), (["--extra-modules", "-1"], "--extra-modules"),
     (["--save", "FILE"], "existing file"), (["--save", "UNDER_FILE"], "cannot be written"),
     (["--save", "FULL"], "--force"), (["--force"], "--save"),
     # Found only once the work starts, still one line and nothing left in --save.
@@ -347,7 +363,10 @@ def test_force_replaces_a_previous_save(capsys, tmp_path):
 def test_paper_preset_sets_the_papers_sizes_and_explicit_flags_override_it():
     args = sgd.parse_args(["--paper"])
     assert (args.I, args.H, args.O, args.M, args.K) == (16, 16, 16, 16, 3)
-    assert args.shapes == ["custom"] and args.widths == [1024] * 4 and args.steps == 100_000
+    assert args.shapes == ["custom"] and args.widths == [1024] * 4 and args.steps == 300_000
+    assert (args.tasks_per_batch, args.samples_per_task, args.seeds) == (128, 16, [1, 2, 3])
+    assert (args.eval_tasks, args.eval_samples) == (1024, 16)
+    assert (args.init, args.decay) == ("lecun_normal", "matrices")
     args = sgd.parse_args(["--paper", "--steps", "20", "--M", "12"])
     assert args.steps == 20 and args.M == 12 and args.widths == [1024] * 4
     assert sgd.parse_args(["--paper", "--widths", "8", "8"]).widths == [8, 8]
@@ -368,9 +387,10 @@ def test_threads_pay_only_for_large_training_steps(monkeypatch):
         with sgd.threads_of_run(n, macs):
             assert torch.get_num_threads() == expected
         assert torch.get_num_threads() == before
-    args = sgd.parse_args(["--paper"])
-    assert sgd.step_macs(16 + 16, args.widths, 16, args) >= SINGLE_THREAD_MACS
-    assert sgd.step_macs(4 + 4, [36, 36], 4, sgd.parse_args([])) < SINGLE_THREAD_MACS
+    from verify.train import mlp, step_macs
+
+    assert step_macs(mlp(16 + 16, [1024] * 4, 16), 128, 16) >= SINGLE_THREAD_MACS
+    assert step_macs(mlp(4 + 4, [36, 36], 4), 32, 16) < SINGLE_THREAD_MACS
 
 
 def test_every_flag_has_help():
@@ -401,3 +421,94 @@ def test_probe_score_leaves_out_coordinates_that_do_not_vary():
     pred = torch.tensor([[0.1, 1.0], [0.0, 2.0], [0.0, 4.0]], dtype=torch.float64)
     assert mean_dimension_r2(pred, target) == pytest.approx(1 - 1 / 2)
     assert math.isnan(mean_dimension_r2(pred, torch.zeros_like(target)))
+
+
+def test_each_student_goes_through_the_same_metrics(capsys):
+    """The transformer and the hypernetwork are scored as the MLPs are: sup error, R² on
+    every side (in-distribution, held out, k = K+1 … K+2 active modules); the transformer's
+    probe reads its blocks at the last token, the hypernetwork has none (as in the paper)."""
+    small = ["--d-ffw", "16"]
+    for student, extra in (("transformer", ["--d-model", "8", "--n-heads", "2", "--n-layers", "1"]),
+                           ("hypernetwork", [])):
+        r = sgd.run(sgd.parse_args([*FAST, "--student", student, *small, *extra]))
+        assert [row["network"] for row in r["rows"][1:]] == [f"sgd {student}"]
+        row = r["rows"][1]
+        assert row["hidden_units"] is None and row["parameters"] > 0
+        for side in ("train", "held_out", "k3", "k4"):
+            assert np.isfinite(row[f"{side}_sup"]) and np.isfinite(row[f"{side}_r2"]), side
+        probe = row["probe_r2"]
+        if student == "transformer":
+            assert [name for name, _ in probe] == ["encoding", "block1", "final_norm"]
+        else:
+            assert probe is None
+        assert f"sgd {student}" in sgd.format_report(r)
+
+
+def test_extra_sides_are_k_plus_one_to_k_plus_extra_within_m():
+    args = sgd.parse_args([*FAST])
+    assert sgd.extra_sides(args) == [3, 4]
+    assert sgd.extra_sides(sgd.parse_args([*FAST, "--M", "3"])) == [3]
+    assert sgd.extra_sides(sgd.parse_args([*FAST, "--extra-modules", "0"])) == []
+    assert sgd.extra_sides(sgd.parse_args([*FAST, "--extra-modules", "5", "--M", "9"])) == [3, 4, 5, 6, 7]
+
+
+def test_tasks_beyond_k_have_exactly_k_distinct_modules_drawn_uniformly():
+    from verify.metrics import random_supports
+
+    rng = np.random.default_rng(0)
+    rows = random_supports(6, 4, 30_000, rng)
+    assert rows.shape == (30_000, 4)
+    assert all(len(set(r)) == 4 for r in rows[:500]) and (np.diff(rows, axis=1) > 0).all()
+    # Each module is in a support with probability 4/6; 3 sd of a binomial frequency ≈ 0.008.
+    freq = np.bincount(rows.ravel(), minlength=6) / len(rows)
+    assert np.abs(freq - 4 / 6).max() < 0.01
+
+
+def test_evaluation_tasks_are_drawn_uniformly_with_replacement_from_their_side(teacher):
+    from verify.metrics import sample_eval_tasks
+
+    supports = enumerate_supports(5, 2)[[0, 10]]  # {0} and {1, 3}
+    tasks = sample_eval_tasks(teacher, supports, 4000, 16, np.random.default_rng(1))
+    assert tasks.x.shape == (4000, 16, teacher.I)
+    active = (tasks.z != 0).numpy()
+    first = active[:, 0] & ~active[:, 1:].any(1)
+    second = active[:, 1] & active[:, 3] & ~active[:, [0, 2, 4]].any(1)
+    assert (first | second).all()
+    assert abs(first.mean() - 0.5) < 0.03  # 3 sd of a fair coin's frequency over 4,000 draws ≈ 0.024
+
+
+def test_training_decays_only_matrices_and_starts_from_lecun_normal(teacher, monkeypatch):
+    """The paper's mask (run.py: decay where ndim != 1): biases are not decayed; with
+    decay='all' they are. The default MLP starts with zero biases (Flax's init)."""
+    from verify.train import mlp
+
+    seen = []
+    real = torch.optim.AdamW
+
+    def spy(groups, **kw):
+        seen.append([(g["weight_decay"], [p.ndim for p in g["params"]]) for g in groups])
+        return real(groups, **kw)
+
+    monkeypatch.setattr(torch.optim, "AdamW", spy)
+    supports = enumerate_supports(5, 2)
+    for decay in ("matrices", "all"):
+        cfg = TrainConfig(steps=2, tasks_per_batch=4, samples_per_task=2, weight_decay=0.5, decay=decay)
+        train_mlp(teacher, teacher.encode, supports, [8], cfg, progress=False)
+    assert seen[0] == [(0.5, [2, 2]), (0.0, [1, 1])]
+    assert seen[1] == [(0.5, [2, 1, 2, 1])]
+    paper, torch_default = mlp(8, [64], 2), mlp(8, [64], 2, init="torch_default")
+    assert not paper[0].bias.any() and torch_default[0].bias.any()
+    assert float(paper[0].weight.detach().abs().max()) <= 2 * (1 / 8) ** 0.5 / 0.87962566103423978 + 1e-7
+
+
+def test_several_seeds_run_in_turn_and_add_a_summary(capsys, tmp_path):
+    assert sgd.main([*FAST, "--shapes", "matched", "--seed", "0", "1", "0", "--json",
+                     "--save", str(tmp_path)]) == 0
+    r = json.loads(capsys.readouterr().out)
+    assert [run["teacher"]["seed"] for run in r["runs"]] == [0, 1]
+    held = [run["rows"][1]["held_out_r2"] for run in r["runs"]]
+    s = r["summary"][1]
+    assert s["network"] == "sgd matched" and s["held_out_r2"]["mean"] == pytest.approx(np.mean(held))
+    assert s["held_out_r2"]["sd"] == pytest.approx(np.std(held, ddof=1))
+    assert sorted(files_under(tmp_path)) == ["seed0/report.json", "seed0/sgd_matched.pt", "seed1/report.json",
+                                             "seed1/sgd_matched.pt", "summary.json"]

@@ -53,17 +53,40 @@ def sample_tasks(teacher: Hyperteacher, supports: np.ndarray, samples_per_task: 
     return TaskSamples(torch.as_tensor(z), x.view(T, P, -1), y.view(T, P, -1))
 
 
-def network_inputs(samples: TaskSamples, encode) -> torch.Tensor:
-    T, P, _ = samples.x.shape
-    e = encode(samples.z)
-    return torch.cat([e.repeat_interleave(P, dim=0), samples.x.reshape(T * P, -1)], dim=1)
+def sample_eval_tasks(teacher: Hyperteacher, supports: np.ndarray, n_tasks: int, samples_per_task: int,
+                      rng: np.random.Generator) -> TaskSamples:
+    """The paper's evaluation set: n_tasks tasks whose supports are drawn uniformly, with
+    replacement, from `supports` (jax.random.choice in compscale/data/teacher.py), each with
+    its own weights and samples_per_task fresh x."""
+    return sample_tasks(teacher, supports[rng.integers(0, len(supports), n_tasks)], samples_per_task, rng)
+
+
+def random_supports(M: int, k: int, n: int, rng: np.random.Generator) -> np.ndarray:
+    """n supports of exactly k distinct modules, uniform (the official 'ood_k' tasks for
+    k above K), as rows of module indices: (n, k)."""
+    return np.sort(np.argsort(rng.random((n, M)), axis=1)[:, :k], axis=1)
+
+
+def encoding_dim(encode, M: int) -> int:
+    return int(encode(torch.zeros(1, M, dtype=torch.float64)).shape[1])
+
+
+def apply_tasks(f, e: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """Predictions (T, P, O) for encodings e (T, E) and samples x (T, P, I): a student's own
+    forward_tasks where it has one (a transformer reads a task's samples as one sequence),
+    else f on the rows [e(z), x] (an MLP, a construction)."""
+    if hasattr(f, "forward_tasks"):
+        return f.forward_tasks(e, x)
+    T, P, _ = x.shape
+    return f(torch.cat([e.repeat_interleave(P, dim=0), x.reshape(T * P, -1)], dim=1)).view(T, P, -1)
 
 
 def predict(f, samples: TaskSamples, encode, batch_rows: int = 8192) -> torch.Tensor:
-    inputs = network_inputs(samples, encode)
+    T, P, _ = samples.x.shape
+    step = max(1, batch_rows // P)
     with torch.no_grad():
-        out = torch.cat([f(inputs[s:s + batch_rows]) for s in range(0, len(inputs), batch_rows)])
-    return out.view(samples.y.shape)
+        e = encode(samples.z)
+        return torch.cat([apply_tasks(f, e[s:s + step], samples.x[s:s + step]) for s in range(0, T, step)])
 
 
 def rmse(pred: torch.Tensor, samples: TaskSamples) -> float:
@@ -152,12 +175,18 @@ def probe_r2_pooled(net: nn.Sequential, train: TaskSamples, test: TaskSamples, e
             for a, b in zip(train_acts, test_acts, strict=True)]
 
 
-def probe_features(net: nn.Sequential, encoding: torch.Tensor,
+def probe_features(net: nn.Module, encoding: torch.Tensor,
                    x: torch.Tensor) -> list[tuple[str, torch.Tensor]]:
-    """What the official probe reads: the encoding itself ("encoding"), then every Linear's
-    output ("layer1", "layer2", … before their ReLUs, and "output"). Flax records each Dense
-    module's output and a ReLU is no module, so the paper probes pre-activations
-    (compscale/model/policy.py, MultilayerPerceptronPolicy; callbacks.py adds "z_layer")."""
+    """What the official probe reads, for tasks with encodings (T, E) and samples x (T, P, I),
+    one row per task, at its last sample. For an MLP: the encoding itself ("encoding"), then
+    every Linear's output ("layer1", "layer2", … before their ReLUs, and "output"). Flax
+    records each Dense module's output and a ReLU is no module, so the paper probes
+    pre-activations (compscale/model/policy.py, MultilayerPerceptronPolicy; callbacks.py
+    adds "z_layer"). A student with its own probe_features (the transformer: each block's
+    residual stream at the sequence's last token) gives its own."""
+    if hasattr(net, "probe_features"):
+        return net.probe_features(encoding, x)
+    x = x[:, -1]
     linears = [i for i, layer in enumerate(net) if isinstance(layer, nn.Linear)]
     feats, h = [("encoding", encoding)], torch.cat([encoding, x], dim=1)
     with torch.no_grad():
@@ -204,7 +233,7 @@ def mean_dimension_r2(pred: torch.Tensor, target: torch.Tensor) -> float:
     return float((1 - sse[varies] / sst[varies]).mean())
 
 
-def probe_r2(net: nn.Sequential, fit: TaskSamples, test: TaskSamples, encode,
+def probe_r2(net: nn.Module, fit: TaskSamples, test: TaskSamples, encode,
              fit_tasks: int = PAPER_PROBE_FIT_TASKS, test_tasks: int = PAPER_HELD_OUT_TASKS,
              l2_reg: float = PAPER_PROBE_L2) -> list[tuple[str, float]]:
     """The paper's probe (compscale/callbacks.py, ExtendedActivationProbing): a ridge
@@ -216,7 +245,7 @@ def probe_r2(net: nn.Sequential, fit: TaskSamples, test: TaskSamples, encode,
 
     def rows(samples: TaskSamples, n: int):
         z = samples.z[:n]
-        return probe_features(net, encode(z).to(dtype), samples.x[:n, -1].to(dtype)), z.double()
+        return probe_features(net, encode(z).to(dtype), samples.x[:n].to(dtype)), z.double()
 
     fit_feats, fit_z = rows(fit, fit_tasks)
     test_feats, test_z = rows(test, test_tasks)

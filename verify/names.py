@@ -3,3 +3,9 @@
 # Hidden-layer shapes of an SGD student: the construction's widths, two equal layers with
 # the same number of units, or widths given with --widths.
 SHAPES = ("matched", "balanced", "custom")
+# The students verify.sgd trains (the paper's three, compscale/model/policy.py).
+STUDENTS = ("mlp", "transformer", "hypernetwork")
+# Initialisations of an MLP student: the paper's (Flax default) or torch's own.
+INITS = ("lecun_normal", "torch_default")
+# Which parameters AdamW decays: the paper's mask (matrices only) or every one.
+DECAYS = ("matrices", "all")

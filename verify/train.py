@@ -1,8 +1,11 @@
-"""Training standard MLPs on a hyperteacher's training tasks (spec §5).
+"""Training students on a hyperteacher's training tasks (spec §5).
 
-Defaults follow the paper: AdamW, lr 3e-4, weight decay 3e-3, MSE, batches of
-tasks × samples per task, input [e(z), x]. Training runs in float32 (the usual choice,
-and 2–3× faster on a CPU); every metric evaluates a float64 copy.
+Defaults follow the paper's official code (configs/teacher.py, run.py): AdamW at a
+constant lr 3e-4, weight decay 3e-3 on matrices only (biases and LayerNorm parameters are
+masked out, `decay="matrices"`), MSE, batches of tasks × samples per task, Flax's default
+init (LeCun-normal kernels, zero biases). `decay="all"` and `init="torch_default"` are
+this project's earlier settings, kept under their own names. Training runs in float32 (as
+the paper's, and 2–3× faster on a CPU); every metric evaluates a float64 copy.
 """
 
 from __future__ import annotations
@@ -18,7 +21,9 @@ from torch import nn
 
 from constructions.hyperteacher import Hyperteacher, dense_latents, sample_inputs, support_weights
 from verify.cli import progress as progress_bar
-from verify.names import SHAPES  # noqa: F401  (re-exported)
+from verify.metrics import apply_tasks, encoding_dim
+from verify.names import DECAYS, INITS, SHAPES  # noqa: F401  (re-exported)
+from verify.students import decay_parameter_groups, mlp_student
 
 
 @dataclass(frozen=True)
@@ -30,19 +35,25 @@ class TrainConfig:
     weight_decay: float = 3e-3
     seed: int = 0
     device: str = "cpu"
+    init: str = "lecun_normal"  # the paper's (Flax default); "torch_default" is torch's own
+    decay: str = "matrices"  # the paper's mask; "all" decays biases and norms too
 
 
 @dataclass
 class TrainResult:
-    net: nn.Sequential  # float64 copy on the CPU, for measurement
+    net: nn.Module  # float64 copy on the CPU, for measurement
     widths: list[int]
     losses: list[tuple[int, float]] = field(default_factory=list)  # (step, running MSE)
     seconds: float = 0.0
     config: dict = field(default_factory=dict)
 
 
-def mlp(in_dim: int, widths: list[int], out_dim: int) -> nn.Sequential:
-    """Linear/ReLU stack with torch's default initialisation."""
+def mlp(in_dim: int, widths: list[int], out_dim: int, init: str = "lecun_normal") -> nn.Sequential:
+    """Linear/ReLU stack: the paper's init (LeCun-normal, zero biases), or torch's default."""
+    if init == "lecun_normal":
+        return mlp_student(in_dim, widths, out_dim)
+    if init != "torch_default":
+        raise ValueError(f"init must be one of {', '.join(INITS)}; got {init!r}")
     layers: list[nn.Module] = []
     for w in widths:
         layers += [nn.Linear(in_dim, w), nn.ReLU()]
@@ -88,37 +99,56 @@ def threads_for(macs_per_step: int, device: str, threads: int | None = None):
         torch.set_num_threads(previous)
 
 
+def step_macs(net: nn.Module, tasks_per_batch: int, samples_per_task: int) -> int:
+    """Multiply-adds of one training step, forward and backward (≈ 3 forwards): every
+    matrix parameter is used once per row the student runs it on."""
+    per_task = net.macs_per_task(samples_per_task) if hasattr(net, "macs_per_task") else \
+        samples_per_task * sum(p.numel() for p in net.parameters() if p.ndim > 1)
+    return 3 * tasks_per_batch * per_task
+
+
 def train_mlp(teacher: Hyperteacher, encode, train_supports: np.ndarray, widths: list[int],
               cfg: TrainConfig, progress: bool | None = None, threads: int | None = None) -> TrainResult:
-    """Fit an MLP by AdamW on MSE; each step draws fresh tasks from the training supports
-    and fresh x, so the only thing held out is which module combinations are seen."""
-    in_dim = encode(torch.zeros(1, teacher.M, dtype=torch.float64)).shape[1] + teacher.I
-    sizes = [in_dim, *widths, teacher.O]
-    per_sample = sum(a * b for a, b in zip(sizes[:-1], sizes[1:], strict=True))
-    macs = cfg.tasks_per_batch * cfg.samples_per_task * per_sample
-    with threads_for(3 * macs, cfg.device, threads):  # forward + backward ≈ 3 forwards
-        return _train(teacher, encode, train_supports, in_dim, widths, cfg, progress)
-
-
-def _train(teacher, encode, train_supports, in_dim, widths, cfg, progress) -> TrainResult:
+    """train_student on a Linear/ReLU stack of the given widths, initialised as cfg.init."""
     torch.manual_seed(cfg.seed)
+    net = mlp(encoding_dim(encode, teacher.M) + teacher.I, widths, teacher.O, cfg.init)
+    return train_student(teacher, encode, train_supports, net, cfg, progress, threads,
+                         name="×".join(map(str, widths)), widths=widths)
+
+
+def train_student(teacher: Hyperteacher, encode, train_supports: np.ndarray, net: nn.Module,
+                  cfg: TrainConfig, progress: bool | None = None, threads: int | None = None,
+                  name: str = "student", widths: list[int] | None = None) -> TrainResult:
+    """Fit any student (an MLP, or one with forward_tasks: verify.students) by AdamW on MSE;
+    each step draws fresh tasks from the training supports and fresh x, so the only thing
+    held out is which module combinations are seen. `net` is trained in place, in float32."""
+    if cfg.decay not in DECAYS:
+        raise ValueError(f"decay must be one of {', '.join(DECAYS)}; got {cfg.decay!r}")
+    with threads_for(step_macs(net, cfg.tasks_per_batch, cfg.samples_per_task), cfg.device, threads):
+        return _train(teacher, encode, train_supports, net, cfg, progress, name, widths)
+
+
+def _train(teacher, encode, train_supports, net, cfg, progress, name, widths) -> TrainResult:
     rng = np.random.default_rng(cfg.seed)
     device = torch.device(cfg.device)
-    net = mlp(in_dim, widths, teacher.O).to(device)
-    opt = torch.optim.AdamW(net.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    net = net.float().to(device)
+    groups = (decay_parameter_groups(net, cfg.weight_decay) if cfg.decay == "matrices"
+              else [{"params": list(net.parameters()), "weight_decay": cfg.weight_decay}])
+    opt = torch.optim.AdamW(groups, lr=cfg.lr)
     T, P = cfg.tasks_per_batch, cfg.samples_per_task
     losses, running = [], None
-    bar = progress_bar(cfg.steps, f"train {'×'.join(map(str, widths))}", progress, unit="step")
+    bar = progress_bar(cfg.steps, f"train {name}", progress, unit="step")
     start = time.perf_counter()
     for step in range(1, cfg.steps + 1):
         supports = train_supports[rng.integers(0, len(train_supports), T)]
-        z = dense_latents(supports, support_weights(supports, teacher.weights, rng), teacher.M)
-        z = torch.as_tensor(z).repeat_interleave(P, dim=0)
+        weights = support_weights(supports, teacher.weights, rng)
+        z = torch.as_tensor(dense_latents(supports, weights, teacher.M))
         x = torch.as_tensor(sample_inputs(T * P, teacher.I, rng))
         with torch.no_grad():
-            inputs = torch.cat([encode(z), x], dim=1)
-            target = teacher.forward(z, x)
-        loss = nn.functional.mse_loss(net(inputs.float().to(device)), target.float().to(device))
+            e = encode(z)
+            target = teacher.forward(z.repeat_interleave(P, dim=0), x).view(T, P, -1)
+        pred = apply_tasks(net, e.float().to(device), x.view(T, P, -1).float().to(device))
+        loss = nn.functional.mse_loss(pred, target.float().to(device))
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
@@ -129,5 +159,5 @@ def _train(teacher, encode, train_supports, in_dim, widths, cfg, progress) -> Tr
             bar.set_postfix_str(f"loss {running:.2e}", refresh=False)
             bar.update(step - bar.n)
     bar.close()
-    return TrainResult(net=net.to("cpu").double(), widths=list(widths), losses=losses,
+    return TrainResult(net=net.to("cpu").double(), widths=list(widths or []), losses=losses,
                        seconds=time.perf_counter() - start, config=asdict(cfg))
