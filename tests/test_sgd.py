@@ -512,3 +512,61 @@ def test_several_seeds_run_in_turn_and_add_a_summary(capsys, tmp_path):
     assert s["held_out_r2"]["sd"] == pytest.approx(np.std(held, ddof=1))
     assert sorted(files_under(tmp_path)) == ["seed0/report.json", "seed0/sgd_matched.pt", "seed1/report.json",
                                              "seed1/sgd_matched.pt", "summary.json"]
+
+
+def test_a_run_resumed_from_its_checkpoint_ends_as_an_uninterrupted_one(teacher, tmp_path, monkeypatch):
+    """Training is stopped during step 8 of 12 (the checkpoint every 3 steps holds step 6),
+    then started again from a different init: same parameters, same loss curve, bit for
+    bit. The fewshot encoder's own random stream is part of the checkpoint too."""
+    from constructions.encodings import make_encoder
+    from verify import train
+
+    supports = enumerate_supports(5, 2)
+    cfg = TrainConfig(steps=12, tasks_per_batch=4, samples_per_task=3)
+    real = train.apply_tasks
+    for name in ("identity", "fewshot"):
+        whole = train_mlp(teacher, make_encoder(name, teacher, seed=1), supports, [8], cfg, progress=False)
+        ckpt = tmp_path / f"{name}.ckpt"
+        calls = []
+
+        def stop_at_eight(*a, calls=calls):
+            calls.append(1)
+            if len(calls) == 8:
+                raise KeyboardInterrupt
+            return real(*a)
+
+        def student(seed, name=name):
+            torch.manual_seed(seed)
+            return train.mlp(make_encoder(name, teacher, seed=1).dim + teacher.I, [8], teacher.O)
+
+        def resume(init_seed, name=name, ckpt=ckpt):
+            encode = make_encoder(name, teacher, seed=1)
+            return train.train_student(teacher, encode, supports, student(init_seed), cfg, progress=False,
+                                       checkpoint=ckpt, checkpoint_every=3)
+
+        monkeypatch.setattr(train, "apply_tasks", stop_at_eight)
+        with pytest.raises(KeyboardInterrupt):
+            resume(cfg.seed)
+        monkeypatch.setattr(train, "apply_tasks", real)
+        assert torch.load(ckpt, weights_only=False)["step"] == 6
+        resumed = resume(123)
+        assert resumed.losses == whole.losses, name
+        for a, b in zip(resumed.net.parameters(), whole.net.parameters(), strict=True):
+            assert torch.equal(a, b), name
+    # A checkpoint of another run is refused, not silently resumed.
+    other = TrainConfig(steps=12, tasks_per_batch=5, samples_per_task=3)
+    with pytest.raises(train.CheckpointMismatch):
+        net = train.mlp(teacher.M + teacher.I, [8], teacher.O)
+        train.train_student(teacher, teacher.encode, supports, net, other, progress=False,
+                            checkpoint=tmp_path / "identity.ckpt")
+
+
+def test_a_second_run_on_the_same_checkpoints_trains_nothing_and_reports_the_same(tmp_path, monkeypatch):
+    first = sgd.run(sgd.parse_args([*FAST, "--shapes", "matched", "--checkpoint", str(tmp_path)]))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["seed0_matched.ckpt"]
+    import verify.train as train
+
+    monkeypatch.setattr(train, "apply_tasks", lambda *a: pytest.fail("trained again"))
+    again = sgd.run(sgd.parse_args([*FAST, "--shapes", "matched", "--checkpoint", str(tmp_path)]))
+    for key in ("held_out_r2", "train_r2", "held_out_sup", "final_loss"):
+        assert again["rows"][1][key] == first["rows"][1][key], key

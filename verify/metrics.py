@@ -68,7 +68,10 @@ def random_supports(M: int, k: int, n: int, rng: np.random.Generator) -> np.ndar
 
 
 def encoding_dim(encode, M: int) -> int:
-    return int(encode(torch.zeros(1, M, dtype=torch.float64)).shape[1])
+    """Size of e(z): a TaskEncoder's own `dim` (asking a stochastic encoder would use up
+    one of its draws), else measured on z = 0."""
+    dim = getattr(encode, "dim", None)
+    return int(dim) if dim is not None else int(encode(torch.zeros(1, M, dtype=torch.float64)).shape[1])
 
 
 def apply_tasks(f, e: torch.Tensor, x: torch.Tensor) -> torch.Tensor:

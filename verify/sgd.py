@@ -121,6 +121,12 @@ def build_parser() -> cli.Parser:
                         "seed<N>/ per seed when there are several) and report.json into DIR "
                         "(a new or empty folder)")
     p.add_argument("--force", action="store_true", help="let --save replace the files of a non-empty DIR")
+    p.add_argument("--checkpoint", metavar="DIR",
+                   help="save each student's model, optimizer and random streams into DIR every "
+                        "--checkpoint-every steps, and resume from what DIR holds (a run killed and "
+                        "started again ends as an uninterrupted one would)")
+    p.add_argument("--checkpoint-every", type=positive_int, default=1000,
+                   help="steps between checkpoints (default 1000)")
     cli.add_common(p, threads_default="1, or the cores left free when a training step is large "
                                       "(≥ 5e7 multiply-adds, verify.train); without --threads, smaller "
                                       "steps train on 1")
@@ -170,6 +176,8 @@ def parse_args(argv=None):
         raise UsageError("--force only applies to --save DIR")
     if args.save:
         args.save = cli.prepare_out_dir(args.save, "--save", force=args.force)
+    if args.checkpoint:
+        args.checkpoint = cli.prepare_out_dir(args.checkpoint, "--checkpoint", force=True)
     return args
 
 
@@ -282,7 +290,7 @@ def run(args) -> dict:
     from constructions.shallow import build_construction
     from verify.metrics import encoding_dim, random_supports, sample_eval_tasks
     from verify.students import parameter_count
-    from verify.train import TrainConfig, step_macs, train_student
+    from verify.train import CheckpointMismatch, TrainConfig, step_macs, train_student
 
     start = time.perf_counter()
     progress = False if args.no_progress else None
@@ -333,8 +341,13 @@ def run(args) -> dict:
         trained = {}
         for shape, (net, widths) in students.items():
             label = "×".join(map(str, widths)) if widths else shape
-            result = train_student(teacher, encode, split.train, net, tc, progress=progress,
-                                   threads=args.threads, name=label, widths=widths)
+            ckpt = Path(args.checkpoint) / f"seed{args.seed}_{shape}.ckpt" if args.checkpoint else None
+            try:
+                result = train_student(teacher, encode, split.train, net, tc, progress=progress,
+                                       threads=args.threads, name=label, widths=widths, checkpoint=ckpt,
+                                       checkpoint_every=args.checkpoint_every)
+            except CheckpointMismatch as e:
+                raise UsageError(f"--checkpoint: {e}") from None
             # The paper probes MLPs and transformers, not hypernetworks (run.py).
             probe_net = None if args.student == "hypernetwork" else result.net
             with cli.phase(f"evaluate sgd {shape}", progress):

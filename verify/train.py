@@ -11,15 +11,18 @@ the paper's, and 2–3× faster on a CPU); every metric evaluates a float64 copy
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import math
 import time
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
 import numpy as np
 import torch
 from torch import nn
 
 from constructions.hyperteacher import Hyperteacher, dense_latents, sample_inputs, support_weights
+from verify.cli import atomic_path
 from verify.cli import progress as progress_bar
 from verify.metrics import apply_tasks, encoding_dim
 from verify.names import DECAYS, INITS, SHAPES  # noqa: F401  (re-exported)
@@ -118,17 +121,41 @@ def train_mlp(teacher: Hyperteacher, encode, train_supports: np.ndarray, widths:
 
 def train_student(teacher: Hyperteacher, encode, train_supports: np.ndarray, net: nn.Module,
                   cfg: TrainConfig, progress: bool | None = None, threads: int | None = None,
-                  name: str = "student", widths: list[int] | None = None) -> TrainResult:
+                  name: str = "student", widths: list[int] | None = None,
+                  checkpoint: Path | None = None, checkpoint_every: int = 1000) -> TrainResult:
     """Fit any student (an MLP, or one with forward_tasks: verify.students) by AdamW on MSE;
     each step draws fresh tasks from the training supports and fresh x, so the only thing
-    held out is which module combinations are seen. `net` is trained in place, in float32."""
+    held out is which module combinations are seen. `net` is trained in place, in float32.
+
+    With `checkpoint` (a file), the model, the optimizer, every random stream and the loss
+    curve are saved there every `checkpoint_every` steps (atomically), and a run that
+    finds one resumes from it: the result is the one an uninterrupted run gives."""
     if cfg.decay not in DECAYS:
         raise ValueError(f"decay must be one of {', '.join(DECAYS)}; got {cfg.decay!r}")
     with threads_for(step_macs(net, cfg.tasks_per_batch, cfg.samples_per_task), cfg.device, threads):
-        return _train(teacher, encode, train_supports, net, cfg, progress, name, widths)
+        return _train(teacher, encode, train_supports, net, cfg, progress, name, widths,
+                      None if checkpoint is None else Path(checkpoint), checkpoint_every)
 
 
-def _train(teacher, encode, train_supports, net, cfg, progress, name, widths) -> TrainResult:
+class CheckpointMismatch(ValueError):
+    """A checkpoint file that another run (other settings, student or supports) wrote."""
+
+
+def _fingerprint(cfg: TrainConfig, net: nn.Module, train_supports: np.ndarray) -> dict:
+    """What a checkpoint must match to be resumed: the settings, the student's parameter
+    shapes and the training supports."""
+    return dict(config={k: v for k, v in asdict(cfg).items() if k != "device"},
+                shapes={k: list(v.shape) for k, v in net.state_dict().items()},
+                supports=hashlib.sha256(np.ascontiguousarray(train_supports, dtype=np.int64)).hexdigest())
+
+
+def _save_checkpoint(path: Path, state: dict) -> None:
+    with atomic_path(path) as tmp:
+        torch.save(state, tmp)
+
+
+def _train(teacher, encode, train_supports, net, cfg, progress, name, widths, checkpoint,
+           checkpoint_every) -> TrainResult:
     rng = np.random.default_rng(cfg.seed)
     device = torch.device(cfg.device)
     net = net.float().to(device)
@@ -136,10 +163,24 @@ def _train(teacher, encode, train_supports, net, cfg, progress, name, widths) ->
               else [{"params": list(net.parameters()), "weight_decay": cfg.weight_decay}])
     opt = torch.optim.AdamW(groups, lr=cfg.lr)
     T, P = cfg.tasks_per_batch, cfg.samples_per_task
-    losses, running = [], None
+    losses, running, first, spent = [], None, 1, 0.0
+    generator = getattr(encode, "state", {}).get("generator")  # a stochastic encoder's own stream
+    fingerprint = _fingerprint(cfg, net, train_supports) if checkpoint is not None else None
+    if checkpoint is not None and checkpoint.exists():
+        saved = torch.load(checkpoint, map_location=device, weights_only=False)
+        if saved["fingerprint"] != fingerprint:
+            raise CheckpointMismatch(f"{checkpoint} belongs to another run (other settings, student or "
+                                     "supports); remove it to start afresh")
+        net.load_state_dict(saved["net"])
+        opt.load_state_dict(saved["optimizer"])
+        rng.bit_generator.state = saved["rng"]
+        if generator is not None:
+            generator.set_state(saved["encoder_generator"])
+        losses, running, first, spent = saved["losses"], saved["running"], saved["step"] + 1, saved["seconds"]
     bar = progress_bar(cfg.steps, f"train {name}", progress, unit="step")
-    start = time.perf_counter()
-    for step in range(1, cfg.steps + 1):
+    bar.update(first - 1)
+    start = time.perf_counter() - spent
+    for step in range(first, cfg.steps + 1):
         supports = train_supports[rng.integers(0, len(train_supports), T)]
         weights = support_weights(supports, teacher.weights, rng)
         z = torch.as_tensor(dense_latents(supports, weights, teacher.M))
@@ -158,6 +199,12 @@ def _train(teacher, encode, train_supports, net, cfg, progress, name, widths) ->
             losses.append((step, running))
             bar.set_postfix_str(f"loss {running:.2e}", refresh=False)
             bar.update(step - bar.n)
+        if checkpoint is not None and (step % checkpoint_every == 0 or step == cfg.steps):
+            _save_checkpoint(checkpoint, dict(
+                fingerprint=fingerprint, step=step, net=net.state_dict(), optimizer=opt.state_dict(),
+                rng=rng.bit_generator.state, losses=losses, running=running,
+                encoder_generator=None if generator is None else generator.get_state(),
+                seconds=time.perf_counter() - start))
     bar.close()
     return TrainResult(net=net.to("cpu").double(), widths=list(widths or []), losses=losses,
                        seconds=time.perf_counter() - start, config=asdict(cfg))
