@@ -121,9 +121,9 @@ def test_bad_input_gets_one_line_and_exit_2(places, module, argv, message):
 
 
 @pytest.mark.parametrize("module", ["verify.bound", "verify.sweep", "verify.sgd", "verify.bench",
-                                    "paper_figures"])
+                                    "paper_figures", "verify.study run"])
 def test_help_answers_without_importing_torch(module):
-    proc = subprocess.run([sys.executable, "-X", "importtime", "-m", module, "--help"],
+    proc = subprocess.run([sys.executable, "-X", "importtime", "-m", *module.split(), "--help"],
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0 and "--threads" in proc.stdout and "--no-progress" in proc.stdout
     imported = {line.rsplit("|", 1)[-1].strip() for line in proc.stderr.splitlines() if "|" in line}
@@ -248,6 +248,7 @@ README_SECTIONS = {  # CLI module -> the heading of its README section
     "verify.sgd": "## SGD against the construction: `python -m verify.sgd`",
     "verify.bench": "## Speed",
     "paper_figures.__main__": "## Figures: `python -m paper_figures`",
+    "verify.study": "## Studies: the paper's sweeps, `python -m verify.study`",
 }
 
 
@@ -262,6 +263,10 @@ def test_readme_documents_every_flag(module):
     end = readme.find("\n## ", start + 1)
     section = readme[start:end if end > 0 else None]
     parser = importlib.import_module(module).build_parser()
-    flags = [a.option_strings[-1] for a in parser._actions if a.option_strings[-1] != "--help"]
+    actions = list(parser._actions)
+    for a in parser._actions:  # and every subcommand's (verify.study run, report, export)
+        for sub in getattr(a, "_name_parser_map", {}).values():
+            actions += sub._actions
+    flags = sorted({a.option_strings[-1] for a in actions if a.option_strings} - {"--help"})
     missing = [f for f in flags if not re.search(rf"(?<![\w-]){re.escape(f)}(?![\w-])", section)]
     assert not missing, f"README section {README_SECTIONS[module]!r} does not mention {missing}"

@@ -243,8 +243,9 @@ def test_paper_r2_counts_every_pair_where_ours_skips_constant_ones():
 def test_shapes():
     assert shape_widths("matched", [100, 4]) == [100, 4]
     assert shape_widths("balanced", [101, 4]) == [53, 52]
+    assert shape_widths("balanced4", [101, 4]) == [27, 26, 26, 26]
     assert shape_widths("custom", [100, 4], [8, 8, 8]) == [8, 8, 8]
-    with pytest.raises(ValueError, match="matched, balanced, custom"):
+    with pytest.raises(ValueError, match="matched, balanced, balanced4, custom"):
         shape_widths("wide", [1])
 
 

@@ -1,8 +1,8 @@
 """Names the verify CLIs offer, importable without torch (so `--help` answers at once)."""
 
-# Hidden-layer shapes of an SGD student: the construction's widths, two equal layers with
-# the same number of units, or widths given with --widths.
-SHAPES = ("matched", "balanced", "custom")
+# Hidden-layer shapes of an SGD student: the construction's widths, two (or four) equal
+# layers with the same number of units, or widths given with --widths.
+SHAPES = ("matched", "balanced", "balanced4", "custom")
 # The students verify.sgd trains (the paper's three, compscale/model/policy.py).
 STUDENTS = ("mlp", "transformer", "hypernetwork")
 # Initialisations of an MLP student: the paper's (Flax default) or torch's own.

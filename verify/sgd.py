@@ -75,7 +75,8 @@ def build_parser() -> cli.Parser:
                         "hypernetwork (default mlp)")
     p.add_argument("--shapes", nargs="+", choices=SHAPES,
                    help="MLP shapes to train: matched (the construction's widths), balanced (two equal "
-                        "layers, as many units), custom (--widths) (default matched balanced)")
+                        "layers, as many units), balanced4 (four), custom (--widths) "
+                        "(default matched balanced)")
     p.add_argument("--widths", type=positive_int, nargs="+",
                    help="hidden widths for --shapes custom, e.g. 1024 1024 1024 1024")
     p.add_argument("--init", choices=INITS,

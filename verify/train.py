@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import math
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -66,13 +65,13 @@ def mlp(in_dim: int, widths: list[int], out_dim: int, init: str = "lecun_normal"
 
 
 def shape_widths(shape: str, construction_widths: list[int], custom: list[int] | None = None) -> list[int]:
-    """`matched`: the construction's widths; `balanced`: two equal layers with the same
-    number of hidden units; `custom`: the widths given."""
+    """`matched`: the construction's widths; `balanced` (`balanced4`): two (four) equal
+    layers with the same number of hidden units; `custom`: the widths given."""
     if shape == "matched":
         return list(construction_widths)
-    if shape == "balanced":
-        total = sum(construction_widths)
-        return [math.ceil(total / 2), total // 2]
+    if shape in ("balanced", "balanced4"):
+        total, n = sum(construction_widths), 2 if shape == "balanced" else 4
+        return [total // n + (i < total % n) for i in range(n)]
     if shape == "custom":
         if not custom:
             raise ValueError("shape 'custom' needs widths, e.g. --widths 1024 1024 1024 1024")

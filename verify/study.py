@@ -1,0 +1,430 @@
+"""python -m verify.study: the paper's sweeps as studies, run on Ray or serially, stored in SQLite.
+
+A study is a grid file in the official sweeps' YAML format (`method: grid`, `parameters:
+name: {values: [...]}` or `{value: x}`) whose names are verify.sgd's flags (`held_out` for
+--held-out; `width` and `depth` make an MLP of `depth` equal layers). Its `parameters`
+are the paper's grid and length; `scales: cpu:` and `scales: smoke:` override some of them.
+Each grid point is one verify.sgd run, keyed by a hash of its resolved configuration.
+
+  run STUDY --scale cpu    run every grid point not yet done (one Ray task per run)
+  report STUDY             the paper's effects table from the store, without training
+  export STUDY             every run as CSV
+  list                     the studies and what their stores hold
+
+Exit codes: 0 done, 1 a construction violated its certificate in some run, 2 usage
+error, 3 internal error, 130 interrupted. A run that fails is stored as failed (with its
+error) and the others go on; --retry-failed runs it again.
+"""
+
+from __future__ import annotations
+
+import itertools
+import sys
+import time
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+
+from verify import cli
+from verify.cli import UsageError, non_negative_float, positive_int
+
+STUDIES_DIR = Path(__file__).parent / "studies"
+RESULTS_DIR = STUDIES_DIR / "results"
+SCALES = ("paper", "cpu", "smoke")
+ENGINES = ("ray", "serial")
+# Study parameters that are not verify.sgd flags: an MLP of `depth` layers of `width`.
+SHAPE_PARAMETERS = ("width", "depth")
+# verify.sgd settings that do not change a run's result, left out of its key.
+RUNTIME = ("threads", "no_progress", "json", "save", "force", "checkpoint", "checkpoint_every", "device",
+           "paper", "seeds")
+CHECKPOINT_EVERY = 1000
+# Parameters that only some students take.
+STUDENT_ONLY = {**dict.fromkeys(("width", "depth", "shapes", "widths", "init"), ("mlp",)),
+                **dict.fromkeys(("d_model", "n_heads", "n_layers"), ("transformer",)),
+                "d_ffw": ("transformer", "hypernetwork")}
+
+
+@dataclass(frozen=True)
+class Run:
+    key: str
+    params: dict  # the grid point, as the study names it
+    config: dict  # the resolved verify.sgd configuration (what the key hashes)
+    argv: tuple[str, ...]  # the verify.sgd arguments
+
+
+# ----------------------------------------------------------------------------- study files
+
+def study_names() -> list[str]:
+    return sorted(p.stem for p in STUDIES_DIR.glob("*.yaml"))
+
+
+def study_file(name: str) -> Path:
+    """A study by name (verify/studies/NAME.yaml) or by path."""
+    path = Path(name)
+    if path.suffix in (".yaml", ".yml"):
+        if not path.is_file():
+            raise UsageError(f"study file {name!r} does not exist")
+        return path
+    path = STUDIES_DIR / f"{name}.yaml"
+    if not path.is_file():
+        raise UsageError(f"unknown study {name!r}; the studies are {', '.join(study_names())} "
+                         "(or give a .yaml path)")
+    return path
+
+
+def sgd_parameters() -> dict[str, object]:
+    """Every parameter a study may set: verify.sgd's destinations (with their actions), and
+    width/depth."""
+    from verify.sgd import build_parser
+
+    actions = {a.dest: a for a in build_parser()._actions if a.option_strings and a.dest != "help"}
+    return {name: a for name, a in actions.items() if name not in RUNTIME} | dict.fromkeys(SHAPE_PARAMETERS)
+
+
+def _grid_entries(where: str, parameters, known) -> dict[str, list]:
+    if not isinstance(parameters, dict) or not parameters:
+        raise UsageError(f"{where}: `parameters` must be a non-empty mapping of name: {{values: [...]}}")
+    out = {}
+    for name, entry in parameters.items():
+        if name not in known:
+            raise UsageError(f"{where}: unknown parameter {name!r}; a study sets verify.sgd's flags "
+                             f"({', '.join(sorted(known))})")
+        if not isinstance(entry, dict) or len(set(entry) & {"value", "values"}) != 1 or len(entry) != 1:
+            raise UsageError(f"{where}: parameter {name!r} needs exactly one of `value: x` or "
+                             "`values: [...]`")
+        values = [entry["value"]] if "value" in entry else entry["values"]
+        if not isinstance(values, list) or not values:
+            raise UsageError(f"{where}: parameter {name!r} has an empty grid "
+                             "(`values` must be a non-empty list)")
+        out[name] = values
+    return out
+
+
+def load_study(name: str, scale: str) -> tuple[str, dict[str, list]]:
+    """(the study's name, its grid at `scale`: parameter → values), checked."""
+    import yaml
+
+    path = study_file(name)
+    try:
+        study = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as e:
+        raise UsageError(f"{path}: not valid YAML ({str(e).splitlines()[0]})") from None
+    if not isinstance(study, dict) or study.get("method") != "grid":
+        raise UsageError(f"{path}: a study is a grid file (`method: grid`, `parameters: ...`)")
+    if scale not in SCALES:
+        raise UsageError(f"unknown scale {scale!r}; use one of {', '.join(SCALES)}")
+    known = sgd_parameters()
+    grid = _grid_entries(str(path), study.get("parameters"), known)
+    scales = study.get("scales") or {}
+    unknown = set(scales) - set(SCALES[1:])
+    if unknown:
+        raise UsageError(f"{path}: unknown scale {sorted(unknown)[0]!r} under `scales` (allowed: cpu, smoke)")
+    if scale != "paper":
+        if scale not in scales:
+            raise UsageError(f"{path}: the study has no {scale!r} scale")
+        grid |= _grid_entries(f"{path} (scale {scale})", (scales[scale] or {}).get("parameters"), known)
+    return str(study.get("name") or path.stem), grid
+
+
+def sgd_argv(params: dict) -> list[str]:
+    """verify.sgd's arguments for one grid point."""
+    from verify.sgd import build_parser
+
+    flags = {a.dest: a.option_strings[-1] for a in build_parser()._actions if a.option_strings}
+    student = params.get("student", "mlp")
+    # A grid that crosses students (the scaling-law sweep: mlp and transformer) sets both
+    # students' sizes; each run takes its own student's.
+    params = {k: v for k, v in params.items() if k not in STUDENT_ONLY or student in STUDENT_ONLY[k]}
+    argv: list[str] = []
+    for name, value in params.items():
+        if name in SHAPE_PARAMETERS:
+            continue
+        argv.append(flags[name])
+        argv += [str(v) for v in value] if isinstance(value, list) else [str(value)]
+    if "width" in params or "depth" in params:
+        width, depth = params.get("width", 1024), params.get("depth", 4)
+        argv += ["--shapes", "custom", "--widths", *[str(width)] * int(depth)]
+    return argv
+
+
+def expand(name: str, scale: str) -> tuple[str, list[Run]]:
+    """Every run of the study at `scale`, resolved by verify.sgd's own parser (so a grid
+    point it would refuse is refused here, before any work)."""
+    from verify import sgd
+    from verify.store import config_key
+
+    study, grid = load_study(name, scale)
+    runs, seen = [], set()
+    for values in itertools.product(*grid.values()):
+        params = dict(zip(grid, values, strict=True))
+        argv = sgd_argv(params)
+        try:
+            args = sgd.parse_args([*argv, "--no-progress"])
+        except UsageError as e:
+            raise UsageError(f"study {study}, grid point {params}: {e}") from None
+        config = {k: v for k, v in sorted(vars(args).items()) if k not in RUNTIME}
+        key = config_key(config)
+        if key not in seen:
+            seen.add(key)
+            runs.append(Run(key, params, config, tuple(argv)))
+    return study, runs
+
+
+# ----------------------------------------------------------------------------- one run
+
+def run_one(argv: tuple[str, ...], run_dir: str, device: str = "cpu") -> dict:
+    """One verify.sgd run, in whatever process executes it (a Ray worker, or this one),
+    checkpointing into run_dir. Returns {"status": "done", "report": …} or {"status":
+    "failed", "error": …}; only Ctrl-C escapes."""
+    from verify import sgd
+
+    start = time.perf_counter()
+    try:
+        args = sgd.parse_args([*argv, "--no-progress", "--threads", "1", "--device", device,
+                               "--checkpoint", run_dir, "--checkpoint-every", str(CHECKPOINT_EVERY)])
+        return dict(status="done", report=sgd.run(args), seconds=time.perf_counter() - start)
+    except KeyboardInterrupt:
+        raise
+    except UsageError as e:  # a grid point verify.sgd cannot run (a split it cannot build, say)
+        return dict(status="failed", error=str(e), seconds=time.perf_counter() - start)
+    except Exception as e:  # noqa: BLE001 - any failure is stored, and the study goes on
+        tail = "".join(traceback.format_exception(e)[-3:]).strip()
+        return dict(status="failed", error=f"{type(e).__name__}: {e}\n{tail}",
+                    seconds=time.perf_counter() - start)
+
+
+# ----------------------------------------------------------------------------- engines
+
+def _serial(pending: list[Run], out: Path, device: str, gpus_per_run: float, on_start):
+    for run in pending:
+        on_start(run)
+        yield run, run_one(run.argv, str(out / "runs" / run.key[:16]), device)
+
+
+def connect_ray(address: str | None, workers: int | None) -> bool:
+    """Join the cluster at `address`, or start a local one (one run per core, or
+    `workers`); True when this call started Ray (and so must shut it down)."""
+    import logging
+
+    import ray
+
+    if ray.is_initialized():
+        return False
+    try:
+        ray.init(address=address, num_cpus=None if address else workers, include_dashboard=False,
+                 log_to_driver=False, logging_level=logging.ERROR)
+    except (ConnectionError, RuntimeError, ValueError) as e:
+        where = f"--address {address}" if address else "a local Ray cluster"
+        raise UsageError(f"{where}: cannot start or reach Ray ({str(e).splitlines()[0]})") from None
+    return True
+
+
+def _ray(pending: list[Run], out: Path, device: str, gpus_per_run: float, on_start):
+    """One Ray task per run on the cluster connect_ray joined; results as they finish."""
+    import ray
+
+    task = ray.remote(run_one).options(num_cpus=1, num_gpus=gpus_per_run, max_retries=0)
+    in_flight = {}
+    for run in pending:
+        on_start(run)
+        in_flight[task.remote(run.argv, str(out / "runs" / run.key[:16]), device)] = run
+    while in_flight:
+        ready, _ = ray.wait(list(in_flight), num_returns=1)
+        run = in_flight.pop(ready[0])
+        try:
+            result = ray.get(ready[0])
+        except ray.exceptions.RayError as e:  # the worker died (killed, out of memory)
+            error = f"{type(e).__name__}: {str(e).splitlines()[0]}"
+            result = dict(status="failed", error=error, seconds=None)
+        yield run, result
+
+
+def run_study(name: str, scale: str, out: Path, *, engine: str = "ray", address: str | None = None,
+              gpus_per_run: float = 0.0, workers: int | None = None, retry_failed: bool = False,
+              progress: bool | None = None) -> dict:
+    """Run every run of the study not yet done; each result is committed as it arrives."""
+
+    from verify.store import RunStore
+
+    study, runs = expand(name, scale)
+    left = runs
+    if (out / "study.sqlite").is_file():
+        with RunStore(out / "study.sqlite") as store:
+            status = store.statuses()
+        skip = ("done",) if retry_failed else ("done", "failed")
+        left = [r for r in runs if status.get(r.key) not in skip]
+    started_ray = connect_ray(address, workers) if engine == "ray" and left else False
+    try:
+        return _run_pending(study, scale, runs, out, engine, gpus_per_run, retry_failed, progress)
+    finally:
+        if started_ray:
+            import ray
+
+            ray.shutdown()
+
+
+def _run_pending(study, scale, runs, out, engine, gpus_per_run, retry_failed, progress) -> dict:
+    from verify.store import RunStore
+
+    out.mkdir(parents=True, exist_ok=True)
+    with RunStore(out / "study.sqlite") as store:
+        status = store.statuses()
+        done = [r for r in runs if status.get(r.key) == "done"]
+        skipped_failed = [r for r in runs if status.get(r.key) == "failed" and not retry_failed]
+        pending = [r for r in runs if r not in done and r not in skipped_failed]
+        device = "cuda" if gpus_per_run > 0 else "cpu"
+        counts = dict(runs=len(runs), already_done=len(done), skipped_failed=len(skipped_failed), done=0,
+                      failed=0, violated=0)
+        bar = cli.progress(len(runs), f"{study} ({scale})", progress, unit="run")
+        bar.update(len(done) + len(skipped_failed))
+        execute = _ray if engine == "ray" else _serial
+        start = time.perf_counter()
+        for run, result in execute(pending, out, device, gpus_per_run,
+                                   lambda run: store.start(run.key, study, scale, run.config)):
+            if result["status"] == "done":
+                store.finish(run.key, result["report"], result["seconds"])
+                counts["done"] += 1
+                counts["violated"] += not result["report"]["construction_within_certificate"]
+            else:
+                store.fail(run.key, result["error"], result["seconds"])
+                counts["failed"] += 1
+            bar.set_postfix_str(f"{counts['failed']} failed", refresh=False)
+            bar.update(1)
+        bar.close()
+        counts["seconds"] = time.perf_counter() - start
+    return dict(study=study, scale=scale, store=str(out / "study.sqlite"), engine=engine, **counts)
+
+
+# ----------------------------------------------------------------------------- CLI
+
+def default_out(name: str, scale: str) -> Path:
+    return RESULTS_DIR / Path(name).stem / scale
+
+
+def build_parser() -> cli.Parser:
+    p = cli.Parser("python -m verify.study", __doc__)
+    sub = p.add_subparsers(dest="command", required=True, metavar="{run,report,export,list}")
+
+    def common(sp, scale_default="cpu"):
+        sp.add_argument("study", help=f"a study name ({', '.join(study_names())}) or a .yaml path")
+        sp.add_argument("--scale", default=scale_default, choices=SCALES,
+                        help=f"paper (the official grid and length), cpu (reduced, converges on 2 cores) "
+                             f"or smoke (seconds) (default {scale_default})")
+        sp.add_argument("--out", metavar="DIR",
+                        help="the study's folder: study.sqlite and runs/ (default "
+                             "verify/studies/results/STUDY/SCALE)")
+
+    r = sub.add_parser("run", help="run every grid point not yet done")
+    common(r)
+    r.add_argument("--engine", default="ray", choices=ENGINES,
+                   help="ray (one task per run; a local cluster unless --address) or serial (in this "
+                        "process) (default ray)")
+    r.add_argument("--address", help="an existing Ray cluster: auto, or ray://HOST:10001 (default: start a "
+                                     "local one)")
+    r.add_argument("--workers", type=positive_int,
+                   help="runs at once on the local Ray cluster (default: one per core)")
+    r.add_argument("--gpus-per-run", type=non_negative_float, default=0.0,
+                   help="accelerators Ray gives each run (fractions share one); runs train on cuda when "
+                        "> 0 (default 0)")
+    r.add_argument("--retry-failed", action="store_true", help="run the failed runs again too")
+    r.add_argument("--json", action="store_true", help="print the summary as JSON")
+    cli.add_common(r, threads_default="1 per run (each run is one process)")
+    rep = sub.add_parser("report", help="the paper's effects table, from the store")
+    common(rep)
+    rep.add_argument("--json", action="store_true", help="print the table as JSON")
+    ex = sub.add_parser("export", help="write every run as CSV")
+    common(ex)
+    ex.add_argument("--csv", metavar="FILE", help="where to write (default DIR/runs.csv)")
+    sub.add_parser("list", help="the studies, their runs per scale, and what the stores hold")
+    return p
+
+
+def parse_args(argv=None):
+    args = build_parser().parse_args(sys.argv[1:] if argv is None else list(argv))
+    if args.command == "list":
+        return args
+    study_file(args.study)
+    if args.command == "run":
+        if args.address and args.engine != "ray":
+            raise UsageError("--address applies to --engine ray")
+        if args.address and args.workers:
+            raise UsageError("--workers sizes a local Ray cluster; an existing one (--address) has its own")
+        if args.gpus_per_run > 0 and args.engine == "serial":
+            raise UsageError("--gpus-per-run applies to --engine ray")
+        if args.engine == "ray":
+            try:
+                import ray  # noqa: F401
+            except ImportError:
+                raise UsageError("--engine ray needs Ray: pip install -e '.[studies]' (or use --engine "
+                                 "serial)") from None
+    args.out = cli.prepare_out_dir(args.out or default_out(args.study, args.scale), "--out")
+    if args.command == "run":
+        expand(args.study, args.scale)  # a bad grid is refused before any work
+    if args.command in ("report", "export") and not (args.out / "study.sqlite").is_file():
+        raise UsageError(f"no results for {args.study} ({args.scale}) in {args.out}: run "
+                         f"`python -m verify.study run {args.study} --scale {args.scale}` first")
+    return args
+
+
+def work(args) -> int:
+    if args.command == "list":
+        cli.emit(format_list())
+        return cli.EXIT_OK
+    if args.command == "run":
+        cli.set_threads(args.threads, 1)
+        summary = run_study(args.study, args.scale, args.out, engine=args.engine, address=args.address,
+                            gpus_per_run=args.gpus_per_run, workers=args.workers,
+                            retry_failed=args.retry_failed, progress=False if args.no_progress else None)
+        cli.emit(cli.to_json(summary) if args.json else format_summary(summary))
+        return cli.EXIT_VIOLATED if summary["violated"] else cli.EXIT_OK
+    from verify import effects
+
+    if args.command == "report":
+        name, _ = load_study(args.study, args.scale)
+        table = effects.effects_table(name, args.scale, args.out)
+        effects.write_table(table, args.out)
+        cli.emit(cli.to_json(table) if args.json else effects.format_markdown(table))
+        return cli.EXIT_OK
+    path = Path(args.csv) if args.csv else args.out / "runs.csv"
+    n = effects.export_csv(args.out, path)
+    cli.emit(f"{n} runs written to {path}")
+    return cli.EXIT_OK
+
+
+def format_summary(s: dict) -> str:
+    lines = [f"{s['study']} ({s['scale']}, {s['engine']}): {s['runs']} runs; {s['done']} done now, "
+             f"{s['already_done']} already done, {s['failed']} failed"
+             + (f", {s['skipped_failed']} failed before (--retry-failed runs them)"
+                if s["skipped_failed"] else "")
+             + f" ({s['seconds']:.0f} s)",
+             f"store: {s['store']}"]
+    if s["violated"]:
+        lines.append(f"{s['violated']} runs: the construction VIOLATED its certificate")
+    return "\n".join(lines)
+
+
+def format_list() -> str:
+    from verify.store import RunStore
+
+    lines = []
+    for name in study_names():
+        parts = []
+        for scale in SCALES:
+            _, runs = expand(name, scale)
+            store = default_out(name, scale) / "study.sqlite"
+            held = ""
+            if store.is_file():
+                with RunStore(store) as s:
+                    st = list(s.statuses().values())
+                held = f" ({st.count('done')} done, {st.count('failed')} failed)"
+            parts.append(f"{scale} {len(runs)}{held}")
+        lines.append(f"{name:<15} " + ", ".join(parts))
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    return cli.main_of("verify.study", parse_args, work, argv)
+
+
+if __name__ == "__main__":
+    cli.exit(main())
