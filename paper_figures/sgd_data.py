@@ -43,7 +43,7 @@ class SgdPlan:
 # hidden units, ~25 ms a step on one core). Figure 6 uses ε = 3e-2 (876 units) so that
 # five splits (8, 11, 15, 18 and 27 training supports) fit the budget; its held-out
 # fraction 0.25 is figure 5's split, so that run is shared.
-DEFAULT = SgdPlan(I=4, H=4, O=4, M=8, K=2, steps=3000, eval_samples=64,
+DEFAULT = SgdPlan(I=4, H=4, O=4, M=8, K=2, steps=3000, eval_samples=16,
                   size_eps=(1e-1, 3e-2, 1e-2), size_held_out=0.25,
                   tasks_eps=3e-2, held_out=(0.8, 0.7, 0.6, 0.5, 0.25))
 # A few seconds: a 2-2-2 teacher over 4 modules (10 supports), 50 steps, 8 x per task.

@@ -571,3 +571,32 @@ def test_a_second_run_on_the_same_checkpoints_trains_nothing_and_reports_the_sam
     again = sgd.run(sgd.parse_args([*FAST, "--shapes", "matched", "--checkpoint", str(tmp_path)]))
     for key in ("held_out_r2", "train_r2", "held_out_sup", "final_loss"):
         assert again["rows"][1][key] == first["rows"][1][key], key
+
+
+@pytest.mark.parametrize("weights", ["khot", "discrete", "continuous"])
+def test_training_batches_are_the_teachers_tasks_on_the_training_supports(weights):
+    """BatchMaker draws, in torch on the training device, what the family defines: supports
+    uniformly from the training ones (module 0 beside padding included), weights from the
+    family's levels or range, x on the box, and the teacher's own outputs as targets."""
+    from verify.train import BatchMaker
+
+    t = sample_hyperteacher(HyperteacherConfig(I=3, H=4, O=2, M=5, K=3, weights=weights, seed=1))
+    supports = enumerate_supports(5, 3)[[0, 5, 15]]  # {0}, {0, 1}, {0, 1, 2}
+    make = BatchMaker(t, t.encode, supports, 3000, 4, seed=2, device=torch.device("cpu"))
+    e, x, target = make()
+    z = e.double()  # identity encoding: e is z
+    active = z != 0
+    assert active[:, 0].all() and not active[:, 3:].any()
+    sizes = active.sum(1)
+    assert set(sizes.tolist()) == {1, 2, 3} and all(abs((sizes == k).double().mean() - 1 / 3) < 0.04
+                                                     for k in (1, 2, 3))
+    values = z[active]
+    if weights == "khot":
+        assert (values == 1).all()
+    elif weights == "discrete":
+        assert set(torch.round(values * 10).tolist()) == {5.0, 6.0, 7.0, 8.0, 9.0, 10.0}
+    else:
+        assert values.min() >= 0.5 and values.max() <= 1.0 and len(torch.unique(values)) > 1000
+    assert x.abs().max() <= 1 and x.shape == (3000, 4, 3)
+    want = t.forward(z.repeat_interleave(4, dim=0), x.double().reshape(-1, 3)).view(3000, 4, 2)
+    torch.testing.assert_close(target.double(), want, rtol=1e-6, atol=1e-6)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import math
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -20,7 +21,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from constructions.hyperteacher import Hyperteacher, dense_latents, sample_inputs, support_weights
+from constructions.hyperteacher import Hyperteacher
 from verify.cli import atomic_path
 from verify.cli import progress as progress_bar
 from verify.metrics import apply_tasks, encoding_dim
@@ -153,15 +154,65 @@ def _save_checkpoint(path: Path, state: dict) -> None:
         torch.save(state, tmp)
 
 
+class BatchMaker:
+    """Training batches made where training runs, in torch, from one generator on that
+    device: supports drawn uniformly (with replacement) from the training ones, their
+    weights, x uniform on [-1, 1]^I, and the teacher's targets, in float64 (cast to float32
+    for the step). Nothing crosses to the host but the encoder's input when the encoder
+    is a CPU one (z, T×M numbers a step); `identity` needs no encoder call at all."""
+
+    def __init__(self, teacher: Hyperteacher, encode, train_supports: np.ndarray, T: int, P: int,
+                 seed: int, device: torch.device):
+        self.teacher, self.encode, self.T, self.P, self.device = teacher, encode, T, P, device
+        self.generator = torch.Generator(device=device).manual_seed(seed)
+        # Copies: the arrays may be read-only (loaded from a file), and they move to the device.
+        self.supports = torch.tensor(np.asarray(train_supports), dtype=torch.int64, device=device)
+        f64 = dict(dtype=torch.float64, device=device)
+        self.W = torch.tensor(teacher.W.reshape(teacher.M, -1), **f64)
+        self.b, self.A = torch.tensor(teacher.b, **f64), torch.tensor(teacher.A, **f64)
+        self.levels = torch.tensor(teacher.weight_values, **f64)
+        self.identity = getattr(encode, "name", None) == "identity"
+
+    def weights(self, active: torch.Tensor) -> torch.Tensor:
+        """Weights of the active entries (0 on padding), as support_weights draws them."""
+        shape, g = active.shape, self.generator
+        if self.teacher.weights == "khot":
+            w = torch.ones(shape, dtype=torch.float64, device=self.device)
+        elif self.teacher.weights == "discrete":
+            w = self.levels[torch.randint(len(self.levels), shape, generator=g, device=self.device)]
+        else:  # continuous: the official uniform-simplex draw, shifted into [0.5, 1]
+            u = torch.rand(shape, generator=g, dtype=torch.float64, device=self.device)
+            e = -torch.log1p(-u) * active
+            w = 0.5 * e / (e.sum(dim=1, keepdim=True) + 1.0) + 0.5
+        return w * active
+
+    def __call__(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(e (T, E), x (T, P, I), targets (T, P, O)), float32 on the device."""
+        T, P, t, g = self.T, self.P, self.teacher, self.generator
+        rows = self.supports[torch.randint(len(self.supports), (T,), generator=g, device=self.device)]
+        active = rows >= 0
+        # scatter_add: padding (−1 → column 0, weight 0) must not overwrite a real module 0.
+        z = torch.zeros(T, t.M, dtype=torch.float64, device=self.device).scatter_add_(
+            1, rows.clamp(min=0), self.weights(active))
+        x = torch.rand((T, P, t.I), generator=g, dtype=torch.float64, device=self.device) * 2 - 1
+        with torch.no_grad():
+            z_tilde = z / math.sqrt(t.K)
+            hidden = torch.relu(torch.einsum("tpi,tih->tph", x, (z_tilde @ self.W).view(T, t.I, t.H))
+                                + (z_tilde @ self.b)[:, None, :])
+            target = hidden @ self.A
+            e = z if self.identity else self.encode(z.cpu()).to(self.device)
+        return e.float(), x.float(), target.float()
+
+
 def _train(teacher, encode, train_supports, net, cfg, progress, name, widths, checkpoint,
            checkpoint_every) -> TrainResult:
-    rng = np.random.default_rng(cfg.seed)
     device = torch.device(cfg.device)
+    batches = BatchMaker(teacher, encode, train_supports, cfg.tasks_per_batch, cfg.samples_per_task,
+                         cfg.seed, device)
     net = net.float().to(device)
     groups = (decay_parameter_groups(net, cfg.weight_decay) if cfg.decay == "matrices"
               else [{"params": list(net.parameters()), "weight_decay": cfg.weight_decay}])
     opt = torch.optim.AdamW(groups, lr=cfg.lr)
-    T, P = cfg.tasks_per_batch, cfg.samples_per_task
     losses, running, first, spent = [], None, 1, 0.0
     generator = getattr(encode, "state", {}).get("generator")  # a stochastic encoder's own stream
     fingerprint = _fingerprint(cfg, net, train_supports) if checkpoint is not None else None
@@ -172,7 +223,7 @@ def _train(teacher, encode, train_supports, net, cfg, progress, name, widths, ch
                                      "supports); remove it to start afresh")
         net.load_state_dict(saved["net"])
         opt.load_state_dict(saved["optimizer"])
-        rng.bit_generator.state = saved["rng"]
+        batches.generator.set_state(saved["data_generator"].cpu())
         if generator is not None:
             generator.set_state(saved["encoder_generator"])
         losses, running, first, spent = saved["losses"], saved["running"], saved["step"] + 1, saved["seconds"]
@@ -180,15 +231,8 @@ def _train(teacher, encode, train_supports, net, cfg, progress, name, widths, ch
     bar.update(first - 1)
     start = time.perf_counter() - spent
     for step in range(first, cfg.steps + 1):
-        supports = train_supports[rng.integers(0, len(train_supports), T)]
-        weights = support_weights(supports, teacher.weights, rng)
-        z = torch.as_tensor(dense_latents(supports, weights, teacher.M))
-        x = torch.as_tensor(sample_inputs(T * P, teacher.I, rng))
-        with torch.no_grad():
-            e = encode(z)
-            target = teacher.forward(z.repeat_interleave(P, dim=0), x).view(T, P, -1)
-        pred = apply_tasks(net, e.float().to(device), x.view(T, P, -1).float().to(device))
-        loss = nn.functional.mse_loss(pred, target.float().to(device))
+        e, x, target = batches()
+        loss = nn.functional.mse_loss(apply_tasks(net, e, x), target)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
@@ -201,7 +245,7 @@ def _train(teacher, encode, train_supports, net, cfg, progress, name, widths, ch
         if checkpoint is not None and (step % checkpoint_every == 0 or step == cfg.steps):
             _save_checkpoint(checkpoint, dict(
                 fingerprint=fingerprint, step=step, net=net.state_dict(), optimizer=opt.state_dict(),
-                rng=rng.bit_generator.state, losses=losses, running=running,
+                data_generator=batches.generator.get_state(), losses=losses, running=running,
                 encoder_generator=None if generator is None else generator.get_state(),
                 seconds=time.perf_counter() - start))
     bar.close()
