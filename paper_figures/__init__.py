@@ -11,6 +11,8 @@ fig6_sgd_r2_vs_tasks        held-out compositional R² of SGD-trained MLPs vs th
 fig7_probe_vs_r2            linear-probe R² for z vs held-out R², every SGD run of 5 and 6 (slow)
 fig8_constructions_vs_eps   hidden units and depth vs ε for every construction (shallow, exact, deep,
                             optimal), with the memorization baseline
+fig9_studies                the paper's sweeps from the study stores (verify.study): held-out R²
+                            vs training tasks, vs width per encoding, per support kind
 
 This package imports nothing heavy: `python -m paper_figures --help` answers before torch
 or matplotlib is loaded.

@@ -44,6 +44,8 @@ FIGURES: tuple[Entry, ...] = (
     Entry("fig5_sgd_error_vs_size", "paper_figures.fig5_sgd_error_vs_size", slow=True),
     Entry("fig6_sgd_r2_vs_tasks", "paper_figures.fig6_sgd_r2_vs_tasks", slow=True),
     Entry("fig7_probe_vs_r2", "paper_figures.fig7_probe_vs_r2", slow=True),
+    # Reads the study stores (verify.study); runs the seconds-long smoke studies if empty.
+    Entry("fig9_studies", "paper_figures.fig9_studies", slow=False),
 )
 
 

@@ -86,6 +86,73 @@ def shallow_units(M: int, eps: float) -> int:
     return build_construction(sample_hyperteacher(HyperteacherConfig(M=M)), eps).hidden_units().total
 
 
+def gemm_flops(rows: int, inner: int, cols: int, repeats: int) -> float:
+    """FLOP/s of a plain float32 matrix product of the given shape on this machine, now."""
+    import torch
+
+    a, b = torch.randn(rows, inner), torch.randn(inner, cols)
+    a @ b  # warm-up
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        a @ b
+        times.append(time.perf_counter() - start)
+    return 2 * rows * inner * cols / statistics.median(times)
+
+
+def training_speed(widths: list[int], steps: int, repeats: int) -> dict:
+    """The paper's training step (I = H = O = 16, M = 16, K = 3, 128 tasks × 16 samples,
+    identity encoding) on an MLP of `widths`: seconds a step, the share spent making its
+    batch, and the model's FLOP/s against a plain GEMM's measured in the same run."""
+    import torch
+
+    from constructions.hyperteacher import HyperteacherConfig, enumerate_supports, sample_hyperteacher
+    from verify.metrics import apply_tasks
+    from verify.train import BatchMaker, mlp, step_macs
+
+    teacher = sample_hyperteacher(HyperteacherConfig(I=16, H=16, O=16, M=16, K=3))
+    T, P = 128, 16
+    net = mlp(teacher.M + teacher.I, widths, teacher.O)
+    batches = BatchMaker(teacher, teacher.encode, enumerate_supports(16, 3), T, P, 0, torch.device("cpu"))
+    opt = torch.optim.AdamW(net.parameters(), lr=3e-4)
+    data_s, step_s = [], []
+    for i in range(steps + 1):
+        start = time.perf_counter()
+        e, x, target = batches()
+        made = time.perf_counter()
+        loss = torch.nn.functional.mse_loss(apply_tasks(net, e, x), target)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        if i:  # the first step warms up
+            data_s.append(made - start)
+            step_s.append(time.perf_counter() - start)
+    step, data = statistics.median(step_s), statistics.median(data_s)
+    model = 2 * step_macs(net, T, P) / step
+    gemm = gemm_flops(T * P, max(widths), max(widths), repeats)
+    return dict(widths=widths, step_s=step, data_share=data / step, model_flops=model, gemm_flops=gemm,
+                model_over_gemm=model / gemm)
+
+
+def ray_overhead(study: str = "task-support") -> dict:
+    """The same smoke study run serially and on a local Ray cluster of one worker (so the
+    difference is Ray's cost, not its parallelism), each into a fresh store."""
+    import tempfile
+    from pathlib import Path
+
+    from verify.study import run_study
+
+    seconds = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for engine in ("serial", "ray"):
+            start = time.perf_counter()
+            s = run_study(study, "smoke", Path(tmp) / engine, engine=engine, workers=1, progress=False)
+            seconds[engine] = time.perf_counter() - start
+    runs = s["runs"]
+    return dict(study=study, runs=runs, serial_s=seconds["serial"], ray_s=seconds["ray"],
+                overhead_s=seconds["ray"] - seconds["serial"])
+
+
 def measure(args) -> tuple[list[dict], dict]:
     """The rows of the table, and the forward-speed details."""
     progress, threads = False if args.no_progress else None, args.threads
@@ -116,6 +183,28 @@ def measure(args) -> tuple[list[dict], dict]:
         rows.append(dict(what="verify.bound --M 1024 --eps 1e-5 (whole process)", value=wall, unit="s",
                          target=60.0, peak_gib=rss, exit=code))
         rows.append(dict(what="  peak memory of that run", value=rss, unit="GiB", target=4.0))
+    widths = [256] * 4 if args.quick else [1024] * 4
+    with cli.phase(f"training steps of a {len(widths)}×{widths[0]} MLP", progress):
+        tr = training_speed(widths, steps=3 if args.quick else 5, repeats=args.repeats)
+    rows.append(dict(what=f"training {len(widths)}×{widths[0]} MLP, 128×16 samples: model / GEMM FLOP/s "
+                          f"({tr['step_s']:.2f} s a step)", value=tr["model_over_gemm"], unit="x",
+                     target=0.5, higher_is_better=True, detail=tr))
+    rows.append(dict(what="  share of the step spent making its batch (torch, on the device)",
+                     value=tr["data_share"], unit="", target=0.10))
+    try:
+        import ray  # noqa: F401
+    except ImportError:
+        ray = None
+    if ray is not None and not args.quick:
+        with cli.phase("a smoke study, serial and on Ray (1 worker)", progress):
+            ov = ray_overhead()
+        # At cpu scale a run takes ~150 s (measured, verify/studies/*.yaml). Counting Ray's
+        # whole extra time (its start-up included) against each smoke run bounds its share of
+        # a cpu-scale run from above.
+        per_run = ov["overhead_s"] / ov["runs"]
+        rows.append(dict(what=f"Ray overhead {per_run:.1f} s a run (smoke: serial {ov['serial_s']:.1f} s, "
+                              f"Ray {ov['ray_s']:.1f} s) / a 150 s cpu run", value=per_run / 150, unit="",
+                         target=0.05, detail=ov))
     for r in rows:
         better = r.get("higher_is_better", False)
         # A run that failed met no target, however fast it failed; a value that could not be

@@ -1,0 +1,118 @@
+"""Figure 9: the paper's sweeps, read from the study stores (python -m verify.study).
+
+(a) scaling-data: held-out R² against the number of training tasks, one line per (M, K);
+(b) scaling-model: held-out R² against MLP width, one line per task encoding, with the
+paper's number for each encoding as a dashed mark at the right;
+(c) task-support: held-out R² per support kind, beside the paper's stated effect.
+Each point is the mean over seeds (bars: ± sd). A panel reads its study's `cpu` store;
+when that holds no finished run it falls back to the `smoke` store (running the smoke
+study, seconds, if that is empty too) and says so in its title: smoke runs train for 20
+steps and are no result. With --quick every panel is smoke data.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from paper_figures.common import COLOURS, MARKERS, FigureResult, finish, new_figure, plot_series, select
+from verify.effects import PAPER_ENCODING_R2, PAPER_SUPPORT_EFFECTS, effects_table
+from verify.store import RunStore
+from verify.study import default_out, run_study
+
+NAME = "fig9_studies"
+STUDIES = ("scaling-data", "scaling-model", "task-support")
+
+
+def has_results(out: Path) -> bool:
+    if not (out / "study.sqlite").is_file():
+        return False
+    with RunStore(out / "study.sqlite") as store:
+        return "done" in store.statuses().values()
+
+
+def table(study: str, quick: bool, progress: bool | None) -> dict:
+    """The study's effects table at cpu scale, or at smoke scale (run now if need be)."""
+    if not quick and has_results(default_out(study, "cpu")):
+        return effects_table(study, "cpu", default_out(study, "cpu"))
+    out = default_out(study, "smoke")
+    if not has_results(out):
+        run_study(study, "smoke", out, engine="serial", progress=progress)
+    return effects_table(study, "smoke", out)
+
+
+def compute(quick: bool, progress: bool | None) -> tuple[list[dict], dict]:
+    tables = {s: table(s, quick, progress) for s in STUDIES}
+    rows = []
+    for panel, study in zip("abc", STUDIES, strict=True):
+        t = tables[study]
+        found = [r for r in t["rows"] if r["held_out_r2_mean"] is not None]
+        for i, r in enumerate(sorted(found, key=lambda r: str(r.get("split", "")))):
+            if study == "scaling-data":
+                series = " ".join(f"{k}={r[k]}" for k in ("M", "K") if k in r) or "every run"
+                x = r["n_train"]
+            elif study == "scaling-model":
+                series, x = r.get("encoding", "identity"), (r.get("widths") or (0,))[0]
+            else:  # one point per support kind, at its index; the kind is in the row
+                series, x = "support kinds", i
+            rows.append(dict(panel=panel, study=study, scale=t["scale"], series=series, x=x,
+                             y=r["held_out_r2_mean"], sd=r["held_out_r2_sd"], runs=r["runs"],
+                             split=r.get("split"), train_r2=r["train_r2_mean"], converged=r["converged"],
+                             paper=r.get("paper_held_out_r2") or r.get("paper_effect"),
+                             effect_vs_random=r.get("effect_vs_random"), agrees=r.get("agrees")))
+    for enc in sorted({r["series"] for r in rows if r["panel"] == "b"} & set(PAPER_ENCODING_R2)):
+        widest = max(r["x"] for r in rows if r["panel"] == "b" and r["series"] == enc)
+        rows += [dict(panel="b", study="scaling-model", scale="paper", series=f"paper {enc}", x=widest * f,
+                      y=PAPER_ENCODING_R2[enc]) for f in (1.2, 1.6)]
+    rows.sort(key=lambda r: (r["panel"], r["series"], r["x"]))  # each series in x order, as drawn
+    meta = dict(checks={}, scales={s: tables[s]["scale"] for s in STUDIES},
+                runs={s: dict(done=tables[s]["runs_done"], failed=tables[s]["runs_failed"]) for s in STUDIES},
+                notes={s: tables[s]["notes"] for s in STUDIES})
+    return rows, meta
+
+
+def _title(text: str, study: str, meta: dict) -> str:
+    scale = meta["scales"][study]
+    mark = "\n[SMOKE DATA: 20-step runs, no result]" if scale == "smoke" else f" ({scale} scale)"
+    return text + mark
+
+
+def plot(rows: list[dict], meta: dict):
+    fig, axes = new_figure(1, 3, figsize=(15.0, 5.0))
+    ax, bx, cx = axes[0]
+    for axis, panel in ((ax, "a"), (bx, "b"), (cx, "c")):
+        measured = sorted({r["series"] for r in rows
+                           if r["panel"] == panel and not r["series"].startswith("paper")})
+        for i, name in enumerate(measured):
+            colour, marker = COLOURS[i % len(COLOURS)], MARKERS[i % len(MARKERS)]
+            pts = select(rows, name, panel)
+            plot_series(axis, rows, name, panel, color=colour, marker=marker, ms=6, lw=1.3,
+                        ls="-" if panel != "c" else "none", label=name)
+            axis.vlines([r["x"] for r in pts], [r["y"] - (r["sd"] or 0) for r in pts],
+                        [r["y"] + (r["sd"] or 0) for r in pts], color=colour, lw=1)
+            if f"paper {name}" in {r["series"] for r in rows}:
+                plot_series(axis, rows, f"paper {name}", panel, color=colour, ls="--", lw=2)
+        axis.grid(True, alpha=0.3)
+    ax.legend(fontsize=7.5, loc="lower right")
+    bx.legend(fontsize=7.5, loc="lower left")
+    ax.set(xlabel="training tasks (supports)", ylabel="held-out R²",
+           title=_title("(a) scaling-data", "scaling-data", meta))
+    bx.set(xscale="log", xlabel="MLP width (dashed: the paper's R², 4×1024, 300k steps)",
+           ylabel="held-out R²",
+           title=_title("(b) scaling-model", "scaling-model", meta))
+    kinds = select(rows, "support kinds", "c")
+    cx.set_xticks([r["x"] for r in kinds], [str(r["split"]).replace("_", "\n") for r in kinds], fontsize=7)
+    for r in kinds:
+        said = PAPER_SUPPORT_EFFECTS.get(r["split"])
+        if said:
+            cx.annotate(f"paper: {said}\nhere: {r['effect_vs_random'] or '—'}", (r["x"], r["y"]),
+                        xytext=(0, 6), textcoords="offset points", ha="center", va="bottom", fontsize=6.5)
+    cx.set(ylabel="held-out R²", title=_title("(c) task-support", "task-support", meta))
+    fig.suptitle("The paper's sweeps as studies: held-out R² (the official estimator), mean ± sd over seeds",
+                 fontsize=10)
+    return fig
+
+
+def make(out: Path, *, quick: bool = False, seed: int = 0, progress: bool | None = None) -> FigureResult:
+    del seed  # the studies fix their own seeds
+    rows, meta = compute(quick, progress)
+    return finish(NAME, plot(rows, meta), rows, meta, out, preview=quick)
