@@ -220,3 +220,27 @@ def test_effects_table_puts_the_papers_encoding_numbers_beside_the_measured_ones
     table = effects_table("scaling-model", "cpu", out)
     assert [(r["encoding"], r["held_out_r2_mean"], r["paper_held_out_r2"]) for r in table["rows"]] == [
         ("identity", 0.99, 1.0), ("tokens", 0.7, 1.0)]
+
+
+def test_ctrl_c_stops_a_study_with_one_line_and_leaves_the_store_intact(tmp_path):
+    """Interrupted while its first run trains: exit 130 and one line; the store is intact,
+    the interrupted run is not done (the next invocation starts it again, from its
+    checkpoint: tests/test_sgd.py checks that a resumed run ends as an uninterrupted one)."""
+    from tests.test_promises import interruptible
+
+    path = tiny_study(tmp_path, seeds="[1, 2]", steps=200_000)
+    out = tmp_path / "out"
+    proc = interruptible(["verify.study", "run", path, "--scale", "paper", "--engine", "serial",
+                          "--out", str(out), "--no-progress"])
+    deadline = time.monotonic() + 120
+    while not list(out.glob("runs/*/*.ckpt")):  # a checkpoint: training is well under way
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130, stderr
+    assert stderr.count("\n") == 1 and "interrupted" in stderr and "Traceback" not in stderr, stderr
+    with sqlite3.connect(out / "study.sqlite") as c:
+        assert c.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+        assert [s for (s,) in c.execute("SELECT status FROM runs")] == ["running"]
