@@ -14,6 +14,7 @@ it, 2 usage error, 3 internal error, 130 interrupted.
 from __future__ import annotations
 
 import contextlib
+import functools
 import sys
 import time
 from dataclasses import asdict
@@ -134,10 +135,17 @@ def build_parser() -> cli.Parser:
     return p
 
 
+@functools.cache
+def _parser() -> cli.Parser:
+    """One parser for every parse without --paper (a study resolves thousands of runs)."""
+    return build_parser()
+
+
 def parse_args(argv=None):
     argv = sys.argv[1:] if argv is None else list(argv)
-    parser = build_parser()
+    parser = _parser()
     if "--paper" in argv:  # the preset sets defaults; flags given explicitly still win
+        parser = build_parser()  # a fresh one: set_defaults would change the shared parser
         parser.set_defaults(**PAPER)
     args = parser.parse_args(argv)
     if args.K > args.M:

@@ -18,6 +18,7 @@ error) and the others go on; --retry-failed runs it again.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import sys
 import time
@@ -126,11 +127,17 @@ def load_study(name: str, scale: str) -> tuple[str, dict[str, list]]:
     return str(study.get("name") or path.stem), grid
 
 
-def sgd_argv(params: dict) -> list[str]:
-    """verify.sgd's arguments for one grid point."""
+@functools.cache
+def _flags() -> dict[str, str]:
+    """verify.sgd's flag for each destination (--held-out for held_out)."""
     from verify.sgd import build_parser
 
-    flags = {a.dest: a.option_strings[-1] for a in build_parser()._actions if a.option_strings}
+    return {a.dest: a.option_strings[-1] for a in build_parser()._actions if a.option_strings}
+
+
+def sgd_argv(params: dict) -> list[str]:
+    """verify.sgd's arguments for one grid point."""
+    flags = _flags()
     student = params.get("student", "mlp")
     # A grid that crosses students (the scaling-law sweep: mlp and transformer) sets both
     # students' sizes; each run takes its own student's.
