@@ -150,7 +150,9 @@ def test_a_smoke_study_through_a_local_ray_cluster_stores_every_row(tmp_path):
     ("method: grid\nparameters:\n  M: {value: 4}\n  K: {value: 5}\n", [], "at most"),
     ("method: grid\nparameters:\n  M: {value: 4}\n", ["--scale", "huge"], "invalid choice"),
     ("method: grid\nparameters: [\n", [], "not valid YAML"),
-    (None, ["--engine", "ray", "--address", "auto"], "cannot start or reach Ray"),
+    (None, ["--engine", "ray", "--address", "ray://127.0.0.1:1"], "nothing answers at 127.0.0.1:1"),
+    (None, ["--engine", "ray", "--address", "127.0.0.1:1"], "nothing answers at 127.0.0.1:1"),
+    (None, ["--engine", "ray", "--address", "somewhere"], "expected auto, ray://HOST:PORT or HOST:PORT"),
 ])
 def test_bad_studies_are_refused_with_one_line(tmp_path, capsys, grid, argv, message):
     if "--address" in argv:

@@ -20,9 +20,11 @@ from __future__ import annotations
 
 import functools
 import itertools
+import socket
 import sys
 import time
 import traceback
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -208,6 +210,21 @@ def _serial(pending: list[Run], out: Path, device: str, gpus_per_run: float, on_
         yield run, run_one(run.argv, str(out / "runs" / run.key[:16]), device)
 
 
+def check_address(address: str) -> None:
+    """Refuse at once an --address nothing answers at: Ray itself waits 30 s for a Ray
+    Client address and retries a GCS one for minutes, logging as it goes."""
+    if address == "auto":
+        return
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    if not host or not port.isdigit():
+        raise UsageError(f"--address {address!r}: expected auto, ray://HOST:PORT or HOST:PORT")
+    try:
+        socket.create_connection((host, int(port)), timeout=5).close()
+    except OSError as e:
+        raise UsageError(f"--address {address}: nothing answers at {host}:{port} "
+                         f"({e.strerror or type(e).__name__})") from None
+
+
 def connect_ray(address: str | None, workers: int | None) -> bool:
     """Join the cluster at `address`, or start a local one (one run per core, or
     `workers`); True when this call started Ray (and so must shut it down)."""
@@ -218,8 +235,10 @@ def connect_ray(address: str | None, workers: int | None) -> bool:
     if ray.is_initialized():
         return False
     try:
-        ray.init(address=address, num_cpus=None if address else workers, include_dashboard=False,
-                 log_to_driver=False, logging_level=logging.ERROR)
+        with warnings.catch_warnings():  # Ray warns before it raises; the error says it in one line
+            warnings.simplefilter("ignore")
+            ray.init(address=address, num_cpus=None if address else workers, include_dashboard=False,
+                     log_to_driver=False, logging_level=logging.ERROR)
     except (ConnectionError, RuntimeError, ValueError) as e:
         where = f"--address {address}" if address else "a local Ray cluster"
         raise UsageError(f"{where}: cannot start or reach Ray ({str(e).splitlines()[0]})") from None
@@ -364,6 +383,8 @@ def parse_args(argv=None):
             except ImportError:
                 raise UsageError("--engine ray needs Ray: pip install -e '.[studies]' (or use --engine "
                                  "serial)") from None
+        if args.address:
+            check_address(args.address)
     args.out = cli.prepare_out_dir(args.out or default_out(args.study, args.scale), "--out")
     if args.command == "run":
         expand(args.study, args.scale)  # a bad grid is refused before any work
