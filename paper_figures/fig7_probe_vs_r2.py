@@ -2,13 +2,12 @@
 run of figures 5 and 6.
 
 For each trained network, `verify.sgd` fits the paper's probe (verify.metrics.probe_r2):
-a ridge z ← features with λ = 1, one row per task, on up to 512 training tasks, scored by
-the mean per-dimension R² on up to 1,024 held-out tasks, for the encoding, each hidden
-layer before its ReLU and the output. A probe fitted on T training tasks sees only T
-distinct z, so with T close to M probe R² tracks the task count for every network.
-Each point is one network at its best hidden layer (the highest probe R² over its hidden
-layers, pre-ReLU; the selection uses the held-out score, so it is an optimistic summary, and every
-layer's value is in the data). Colour: shape; marker: size; the number next to a point:
+a ridge z ← features with λ = 1, one row per task, fitted on 512 in-distribution tasks and
+scored by the mean per-dimension R² on 1,024 held-out tasks, for the encoding, each hidden
+layer before its ReLU and the output. The first layer is linear in [z, x], so it decodes z
+almost perfectly in every network (≥ 0.999 here) and says nothing; each point is the
+network at its last hidden layer (pre-ReLU), the representation the output is read from
+(every layer's value is in the data). Colour: shape; marker: size; the number next to a point:
 its training tasks. Pearson r is over the SGD points (drawn when there are at least
 three); the construction, right on every task by design, is drawn for reference and
 left out of r.
@@ -34,13 +33,13 @@ def hidden_layers(probe: list | None) -> list:
     return [v for name, v in probe or [] if name.startswith("layer")]
 
 
-def best_layer(probe: list | None) -> tuple[int, float] | None:
-    """(1-based hidden layer, probe R²) of the best finite hidden layer, or None."""
-    finite = [(v, i + 1) for i, v in enumerate(hidden_layers(probe)) if v is not None and math.isfinite(v)]
-    if not finite:
+def last_layer(probe: list | None) -> tuple[int, float] | None:
+    """(1-based hidden layer, probe R²) of the last hidden layer, or None when it has no
+    finite score."""
+    layers = hidden_layers(probe)
+    if not layers or layers[-1] is None or not math.isfinite(layers[-1]):
         return None
-    value, layer = max(finite)
-    return layer, value
+    return len(layers), layers[-1]
 
 
 def pearson(xs: list[float], ys: list[float]) -> float | None:
@@ -50,11 +49,11 @@ def pearson(xs: list[float], ys: list[float]) -> float | None:
 
 
 def point(r: dict, row: dict, series: str) -> dict | None:
-    best = best_layer(row["probe_r2"])
+    last = last_layer(row["probe_r2"])
     y = row["held_out_r2"]
-    if best is None or not math.isfinite(y):
+    if last is None or not math.isfinite(y):
         return None
-    return dict(panel="a", series=series, x=best[1], y=y, best_layer=best[0],
+    return dict(panel="a", series=series, x=last[1], y=y, layer=last[0],
                 probe_r2_layers=" ".join(repr(float("nan" if v is None else v))
                                          for v in hidden_layers(row["probe_r2"])),
                 network=row["network"],
@@ -87,7 +86,7 @@ def compute(p: sgd_data.SgdPlan, progress: bool | None = None) -> tuple[list[dic
         correlation[shape] = dict(n=len(sel), pearson_r=pearson([r["x"] for r in sel], [r["y"] for r in sel]))
     # The probe fits one row per training task, so part of this correlation is the probe's own.
     probe_vs_tasks = pearson([r["x"] for r in sgd], [r["n_train"] for r in sgd])
-    meta = dict(plan=p, checks={}, layer="best hidden layer (highest held-out probe R²)",
+    meta = dict(plan=p, checks={}, layer="last hidden layer, before its ReLU",
                 correlation=correlation, probe_r2_vs_n_train_pearson_r=probe_vs_tasks,
                 dropped_sgd_points=dropped, dropped_construction_points=dropped_construction,
                 runs=[dict(eps=r["eps"], held_out=r["held_out"], figures=r["figures"], argv=r["argv"],
@@ -115,7 +114,7 @@ def plot(rows: list[dict], meta: dict, p: sgd_data.SgdPlan):
         ax.annotate(f"{r['n_train']:.0f}", (r["x"], r["y"]), xytext=(4, 3), textcoords="offset points",
                     fontsize=6.5, color="0.35")
     ax.axhline(1.0, color="0.3", lw=0.8, zorder=0)
-    ax.set(xlabel="probe R² for z, best hidden layer (held-out tasks)", ylabel="held-out compositional R²",
+    ax.set(xlabel="probe R² for z, last hidden layer (held-out tasks)", ylabel="held-out compositional R²",
            title=f"Decodability of z vs compositional generalization  (I={p.I}, H={p.H}, O={p.O}, M={p.M}, "
                  f"K={p.K})")
     ax.title.set_fontsize(10)
@@ -129,13 +128,12 @@ def plot(rows: list[dict], meta: dict, p: sgd_data.SgdPlan):
         r = "—" if c["pearson_r"] is None else f"{c['pearson_r']:+.3f}"
         lines.append(f"  {key:<9} n={c['n']:<3} r = {r}")
     r = meta["probe_r2_vs_n_train_pearson_r"]
-    lines += ["", "The probe fits one row per", "training task (up to 512):",
-              f"  probe R² vs tasks: r = {'—' if r is None else f'{r:+.3f}'}"]
+    lines += ["", "probe R² vs training tasks:", f"  r = {'—' if r is None else f'{r:+.3f}'}"]
     construction = [r["x"] for r in rows if r["series"] == "construction"]
-    if construction:  # its first layer holds z verbatim (M units), so a perfect linear probe exists
-        lines += ["", "The construction copies z into", "M first-layer units; its probe",
-                  f"scores {min(construction):.2f} – {max(construction):.2f}: with few",
-                  "training tasks the probe sees", "too few distinct z to fit even", "that map."]
+    if construction:  # its last hidden layer is the teacher's own H units
+        lines += ["", "The construction's last hidden", "layer is the teacher's H units",
+                  f"(probe {min(construction):.2f} – {max(construction):.2f}): it",
+                  "composes without z being", "linearly readable there."]
     side.text(0.0, 0.0, "\n".join(lines), transform=side.transAxes, va="bottom", ha="left", fontsize=7.5,
               family="monospace")
     return fig

@@ -365,7 +365,7 @@ def test_figure_6_plots_r2_against_the_number_of_training_tasks(made):
         assert [r["x"] for r in held] == n_train
 
 
-def test_figure_7_points_are_best_probe_layers_and_r_is_pearson(made):
+def test_figure_7_points_are_last_hidden_layers_and_r_is_pearson(made):
     out, results = made
     meta = json.loads((out / "fig7_probe_vs_r2.json").read_text())
     rows = read_csv(out / "fig7_probe_vs_r2.csv")
@@ -374,7 +374,7 @@ def test_figure_7_points_are_best_probe_layers_and_r_is_pearson(made):
     assert len(sgd) + meta["dropped_sgd_points"] == n_runs * len(meta["plan"]["shapes"])
     for r in rows:
         layers = [float(v) for v in str(r["probe_r2_layers"]).split()]
-        assert r["x"] == max(layers) and layers[int(r["best_layer"]) - 1] == r["x"]
+        assert r["x"] == layers[-1] and int(r["layer"]) == len(layers)
     r = np.corrcoef([p["x"] for p in sgd], [p["y"] for p in sgd])[0, 1]
     assert len(sgd) >= 3 and meta["correlation"]["all"]["pearson_r"] == pytest.approx(r, abs=1e-12)
     text = "\n".join(t.get_text() for ax in results["fig7_probe_vs_r2"].figure.axes for t in ax.texts)
