@@ -68,7 +68,10 @@ def effects_table(study: str, scale: str, out: Path) -> dict:
             group = tuple(_hashable(r["config"].get(k)) for k in varying) + (s["network"],)
             groups.setdefault(group, []).append(s)
     rows = []
-    for group, members in sorted(groups.items(), key=lambda kv: tuple(map(str, kv[0]))):
+    def order(group):  # numbers by value (M = 8 before 16), anything else by its text
+        return tuple((0, v, "") if isinstance(v, int | float) else (1, 0, str(v)) for v in group)
+
+    for group, members in sorted(groups.items(), key=lambda kv: order(kv[0])):
         row = dict(zip([*varying, "network"], group, strict=True), runs=len(members))
         row["n_train"] = members[0]["n_train"]
         for metric in ("train_r2", "held_out_r2", "probe_r2", "sup_ratio"):
