@@ -17,7 +17,7 @@ from pathlib import Path
 from paper_figures.common import COLOURS, MARKERS, FigureResult, finish, new_figure, plot_series, select
 from verify.effects import PAPER_ENCODING_R2, PAPER_SUPPORT_EFFECTS, effects_table
 from verify.store import RunStore
-from verify.study import default_out, run_study
+from verify.study import default_out, expand, run_study
 
 NAME = "fig9_studies"
 STUDIES = ("scaling-data", "scaling-model", "task-support")
@@ -31,13 +31,14 @@ def has_results(out: Path) -> bool:
 
 
 def table(study: str, quick: bool, progress: bool | None) -> dict:
-    """The study's effects table at cpu scale, or at smoke scale (run now if need be)."""
+    """The study's effects table at cpu scale, or at smoke scale (run now if need be), of
+    the runs in the study's grid as it is now."""
     if not quick and has_results(default_out(study, "cpu")):
-        return effects_table(study, "cpu", default_out(study, "cpu"))
+        keys = {r.key for r in expand(study, "cpu")[1]}
+        return effects_table(study, "cpu", default_out(study, "cpu"), keys)
     out = default_out(study, "smoke")
-    if not has_results(out):
-        run_study(study, "smoke", out, engine="serial", progress=progress)
-    return effects_table(study, "smoke", out)
+    run_study(study, "smoke", out, engine="serial", progress=progress)  # only what is missing
+    return effects_table(study, "smoke", out, {r.key for r in expand(study, "smoke")[1]})
 
 
 def compute(quick: bool, progress: bool | None) -> tuple[list[dict], dict]:

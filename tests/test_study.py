@@ -246,3 +246,15 @@ def test_ctrl_c_stops_a_study_with_one_line_and_leaves_the_store_intact(tmp_path
     with sqlite3.connect(out / "study.sqlite") as c:
         assert c.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
         assert [s for (s,) in c.execute("SELECT status FROM runs")] == ["running"]
+
+
+def test_the_report_shows_only_the_grid_as_it_is_now(tmp_path, capsys):
+    """Runs of an earlier version of the grid stay in the store but are not averaged in."""
+    out = tmp_path / "out"
+    study.run_study(tiny_study(tmp_path, seeds="[1]"), "paper", out, engine="serial", progress=False)
+    path = tiny_study(tmp_path, seeds="[1]", steps=6)  # a changed grid: a new key
+    assert study.main(["report", path, "--scale", "paper", "--out", str(out), "--json"]) == 0
+    table = json.loads(capsys.readouterr().out)
+    assert table["runs_done"] == 0 and table["rows"] == []
+    assert any("earlier version of the grid" in n for n in table["notes"])
+    assert any("1 of the grid's 1 runs have no result yet" in n for n in table["notes"])

@@ -54,13 +54,17 @@ def _hashable(v):
     return tuple(v) if isinstance(v, list) else v
 
 
-def effects_table(study: str, scale: str, out: Path) -> dict:
+def effects_table(study: str, scale: str, out: Path, keys: set[str] | None = None) -> dict:
+    """The table of the runs in `keys` (the study's grid as it is now), or of every stored
+    run; runs of an older grid left in the store are counted, not shown."""
     with RunStore(out / "study.sqlite") as store:
         runs = store.rows()
+    stale = [r for r in runs if keys is not None and r["key"] not in keys]
+    runs = [r for r in runs if keys is None or r["key"] in keys]
     done = [r for r in runs if r["status"] == "done"]
     failed = [r for r in runs if r["status"] == "failed"]
-    keys = sorted({k for r in done for k in r["config"]})
-    varying = [k for k in keys if k != "seed"
+    settings = sorted({k for r in done for k in r["config"]})
+    varying = [k for k in settings if k != "seed"
                and len({_hashable(r["config"].get(k)) for r in done}) > 1]
     groups: dict[tuple, list] = {}
     for r in done:
@@ -92,6 +96,11 @@ def effects_table(study: str, scale: str, out: Path) -> dict:
                      "some run): their held-out R² measures an undertrained network too")
     if failed:
         notes.append(f"{len(failed)} runs failed (python -m verify.study export shows each error)")
+    if stale:
+        notes.append(f"{len(stale)} stored runs belong to an earlier version of the grid and are left out")
+    if keys is not None and len(done) + len(failed) < len(keys):
+        missing = len(keys) - len(done) - len(failed)
+        notes.append(f"{missing} of the grid's {len(keys)} runs have no result yet")
     columns = [*varying, "network", "runs", "n_train", "train_r2_mean", "train_r2_sd", "held_out_r2_mean",
                "held_out_r2_sd", "probe_r2_mean", "sup_ratio_mean", "converged",
                *[c for c in ("paper_held_out_r2", "paper_effect", "effect_vs_random", "agrees")

@@ -408,8 +408,8 @@ def work(args) -> int:
     from verify import effects
 
     if args.command == "report":
-        name, _ = load_study(args.study, args.scale)
-        table = effects.effects_table(name, args.scale, args.out)
+        name, runs = expand(args.study, args.scale)
+        table = effects.effects_table(name, args.scale, args.out, keys={r.key for r in runs})
         effects.write_table(table, args.out)
         cli.emit(cli.to_json(table) if args.json else effects.format_markdown(table))
         return cli.EXIT_OK
