@@ -83,10 +83,11 @@ class Hyperteacher:
         return encode(self.Q, z)
 
     def forward(self, z: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-        """g(x, z) for rows of z (B, M) and x (B, I); differentiable in both."""
-        W = torch.as_tensor(self.W, dtype=x.dtype).reshape(self.M, -1)
-        b = torch.as_tensor(self.b, dtype=x.dtype)
-        A = torch.as_tensor(self.A, dtype=x.dtype)
+        """g(x, z) for rows of z (B, M) and x (B, I), on x's device; differentiable in both."""
+        like = dict(dtype=x.dtype, device=x.device)
+        W = torch.as_tensor(self.W, **like).reshape(self.M, -1)
+        b = torch.as_tensor(self.b, **like)
+        A = torch.as_tensor(self.A, **like)
         z_tilde = z / math.sqrt(self.K)
         W_z = (z_tilde @ W).reshape(-1, self.I, self.H)
         hidden = torch.relu(torch.einsum("bi,bih->bh", x, W_z) + z_tilde @ b)

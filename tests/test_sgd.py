@@ -62,12 +62,15 @@ def test_r2_on_a_hand_example():
     assert compositional_r2(pred, samples) == (0.5, 1.0)
 
 
+def regression_data(n: int, d: int, seed: int):
+    """Features (n, d), targets (n, 3) and test features (7, d), standard normal."""
+    g = torch.Generator().manual_seed(seed)
+    return tuple(torch.randn(*shape, generator=g, dtype=torch.float64) for shape in ((n, d), (n, 3), (7, d)))
+
+
 @pytest.mark.parametrize("n,d", [(50, 8), (8, 50)])
 def test_ridge_primal_and_dual_agree(n, d):
-    g = torch.Generator().manual_seed(0)
-    X = torch.randn(n, d, generator=g, dtype=torch.float64)
-    Y = torch.randn(n, 3, generator=g, dtype=torch.float64)
-    Xt = torch.randn(7, d, generator=g, dtype=torch.float64)
+    X, Y, Xt = regression_data(n, d, seed=0)
     got = ridge_fit_predict(X, Y, Xt, alpha=1e-2)
     mu_x, mu_y = X.mean(0), Y.mean(0)
     Xc = X - mu_x
@@ -195,10 +198,7 @@ def test_paper_ridge_is_lambda_one_with_a_penalised_masked_intercept():
 
 @pytest.mark.parametrize("n,d", [(50, 8), (8, 50)])
 def test_paper_ridge_primal_and_dual_agree(n, d):
-    g = torch.Generator().manual_seed(1)
-    X = torch.randn(n, d, generator=g, dtype=torch.float64)
-    Y = torch.randn(n, 3, generator=g, dtype=torch.float64)
-    Xt = torch.randn(7, d, generator=g, dtype=torch.float64)
+    X, Y, Xt = regression_data(n, d, seed=1)
     A = torch.cat([X, torch.ones(n, 1, dtype=X.dtype)], 1)
     w = torch.linalg.solve(A.T @ A + torch.eye(d + 1, dtype=X.dtype), A.T @ Y)
     want = torch.cat([Xt, torch.ones(7, 1, dtype=X.dtype)], 1) @ w

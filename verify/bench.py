@@ -107,8 +107,7 @@ def training_speed(widths: list[int], steps: int, repeats: int) -> dict:
     import torch
 
     from constructions.hyperteacher import HyperteacherConfig, enumerate_supports, sample_hyperteacher
-    from verify.metrics import apply_tasks
-    from verify.train import BatchMaker, mlp, step_macs
+    from verify.train import BatchMaker, mlp, step_macs, train_step
 
     teacher = sample_hyperteacher(HyperteacherConfig(I=16, H=16, O=16, M=16, K=3))
     T, P = 128, 16
@@ -120,10 +119,7 @@ def training_speed(widths: list[int], steps: int, repeats: int) -> dict:
         start = time.perf_counter()
         e, x, target = batches()
         made = time.perf_counter()
-        loss = torch.nn.functional.mse_loss(apply_tasks(net, e, x), target)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
+        train_step(net, opt, e, x, target)
         if i:  # the first step warms up
             data_s.append(made - start)
             step_s.append(time.perf_counter() - start)

@@ -43,7 +43,8 @@ def student_rows(report: dict) -> list[dict]:
     return out
 
 
-def _mean_sd(values: list) -> tuple[float | None, float | None]:
+def mean_sd(values: list) -> tuple[float | None, float | None]:
+    """Mean and sample sd (ddof 1; 0 for one value) of the finite values; None, None if none."""
     v = np.array([x for x in values if x is not None and math.isfinite(x)], dtype=float)
     if not len(v):
         return None, None
@@ -79,7 +80,7 @@ def effects_table(study: str, scale: str, out: Path, keys: set[str] | None = Non
         row = dict(zip([*varying, "network"], group, strict=True), runs=len(members))
         row["n_train"] = members[0]["n_train"]
         for metric in ("train_r2", "held_out_r2", "probe_r2", "sup_ratio"):
-            row[f"{metric}_mean"], row[f"{metric}_sd"] = _mean_sd([m[metric] for m in members])
+            row[f"{metric}_mean"], row[f"{metric}_sd"] = mean_sd([m[metric] for m in members])
         row["converged"] = all(m["train_r2"] is not None and m["train_r2"] >= CONVERGED_R2 for m in members)
         rows.append(row)
     notes = []

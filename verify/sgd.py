@@ -438,16 +438,15 @@ def format_report(r: dict) -> str:
 
 
 def summary(reports: list[dict]) -> list[dict]:
-    """Mean ± sd over seeds of each network's R² and best probe layer (sd 0 for one seed)."""
-    import numpy as np
+    """Mean ± sd over seeds of each network's R² on every side (verify.effects.mean_sd)."""
+    from verify.effects import mean_sd
 
     out = []
     for i, row in enumerate(reports[0]["rows"]):
         entry = dict(network=row["network"], seeds=[r["teacher"]["seed"] for r in reports])
         for key in ("train_r2", "held_out_r2", *(k for k in row if k.startswith("k") and k.endswith("_r2"))):
-            values = np.array([r["rows"][i][key] for r in reports], dtype=float)
-            sd = float(values.std(ddof=1)) if len(values) > 1 else 0.0
-            entry[key] = dict(mean=float(values.mean()), sd=sd)
+            mean, sd = mean_sd([r["rows"][i][key] for r in reports])
+            entry[key] = dict(mean=mean, sd=sd)
         out.append(entry)
     return out
 

@@ -75,13 +75,9 @@ def study_file(name: str) -> Path:
     return path
 
 
-def sgd_parameters() -> dict[str, object]:
-    """Every parameter a study may set: verify.sgd's destinations (with their actions), and
-    width/depth."""
-    from verify.sgd import build_parser
-
-    actions = {a.dest: a for a in build_parser()._actions if a.option_strings and a.dest != "help"}
-    return {name: a for name, a in actions.items() if name not in RUNTIME} | dict.fromkeys(SHAPE_PARAMETERS)
+def sgd_parameters() -> set[str]:
+    """Every parameter a study may set: verify.sgd's destinations, and width/depth."""
+    return (set(_flags()) - set(RUNTIME) - {"help"}) | set(SHAPE_PARAMETERS)
 
 
 def _grid_entries(where: str, parameters, known) -> dict[str, list]:
@@ -268,56 +264,46 @@ def _ray(pending: list[Run], out: Path, device: str, gpus_per_run: float, on_sta
 def run_study(name: str, scale: str, out: Path, *, engine: str = "ray", address: str | None = None,
               gpus_per_run: float = 0.0, workers: int | None = None, retry_failed: bool = False,
               progress: bool | None = None) -> dict:
-    """Run every run of the study not yet done; each result is committed as it arrives."""
-
+    """Run every run of the study not yet done; each result is committed as it arrives.
+    Ray is started only when something is left to run."""
     from verify.store import RunStore
 
     study, runs = expand(name, scale)
-    left = runs
+    status: dict[str, str] = {}
     if (out / "study.sqlite").is_file():
         with RunStore(out / "study.sqlite") as store:
             status = store.statuses()
-        skip = ("done",) if retry_failed else ("done", "failed")
-        left = [r for r in runs if status.get(r.key) not in skip]
-    started_ray = connect_ray(address, workers) if engine == "ray" and left else False
+    skip = ("done",) if retry_failed else ("done", "failed")
+    pending = [r for r in runs if status.get(r.key) not in skip]
+    n_done = sum(status.get(r.key) == "done" for r in runs)
+    counts = dict(runs=len(runs), already_done=n_done, skipped_failed=len(runs) - len(pending) - n_done,
+                  done=0, failed=0, violated=0)
+    started_ray = connect_ray(address, workers) if engine == "ray" and pending else False
     try:
-        return _run_pending(study, scale, runs, out, engine, gpus_per_run, retry_failed, progress)
+        out.mkdir(parents=True, exist_ok=True)
+        with RunStore(out / "study.sqlite") as store:
+            bar = cli.progress(len(runs), f"{study} ({scale})", progress, unit="run")
+            bar.update(len(runs) - len(pending))
+            execute = _ray if engine == "ray" else _serial
+            start = time.perf_counter()
+            for run, result in execute(pending, out, "cuda" if gpus_per_run > 0 else "cpu", gpus_per_run,
+                                       lambda run: store.start(run.key, study, scale, run.config)):
+                if result["status"] == "done":
+                    store.finish(run.key, result["report"], result["seconds"])
+                    counts["done"] += 1
+                    counts["violated"] += not result["report"]["construction_within_certificate"]
+                else:
+                    store.fail(run.key, result["error"], result["seconds"])
+                    counts["failed"] += 1
+                bar.set_postfix_str(f"{counts['failed']} failed", refresh=False)
+                bar.update(1)
+            bar.close()
+            counts["seconds"] = time.perf_counter() - start
     finally:
         if started_ray:
             import ray
 
             ray.shutdown()
-
-
-def _run_pending(study, scale, runs, out, engine, gpus_per_run, retry_failed, progress) -> dict:
-    from verify.store import RunStore
-
-    out.mkdir(parents=True, exist_ok=True)
-    with RunStore(out / "study.sqlite") as store:
-        status = store.statuses()
-        done = [r for r in runs if status.get(r.key) == "done"]
-        skipped_failed = [r for r in runs if status.get(r.key) == "failed" and not retry_failed]
-        pending = [r for r in runs if r not in done and r not in skipped_failed]
-        device = "cuda" if gpus_per_run > 0 else "cpu"
-        counts = dict(runs=len(runs), already_done=len(done), skipped_failed=len(skipped_failed), done=0,
-                      failed=0, violated=0)
-        bar = cli.progress(len(runs), f"{study} ({scale})", progress, unit="run")
-        bar.update(len(done) + len(skipped_failed))
-        execute = _ray if engine == "ray" else _serial
-        start = time.perf_counter()
-        for run, result in execute(pending, out, device, gpus_per_run,
-                                   lambda run: store.start(run.key, study, scale, run.config)):
-            if result["status"] == "done":
-                store.finish(run.key, result["report"], result["seconds"])
-                counts["done"] += 1
-                counts["violated"] += not result["report"]["construction_within_certificate"]
-            else:
-                store.fail(run.key, result["error"], result["seconds"])
-                counts["failed"] += 1
-            bar.set_postfix_str(f"{counts['failed']} failed", refresh=False)
-            bar.update(1)
-        bar.close()
-        counts["seconds"] = time.perf_counter() - start
     return dict(study=study, scale=scale, store=str(out / "study.sqlite"), engine=engine, **counts)
 
 

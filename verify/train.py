@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import math
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -167,10 +166,7 @@ class BatchMaker:
         self.generator = torch.Generator(device=device).manual_seed(seed)
         # Copies: the arrays may be read-only (loaded from a file), and they move to the device.
         self.supports = torch.tensor(np.asarray(train_supports), dtype=torch.int64, device=device)
-        f64 = dict(dtype=torch.float64, device=device)
-        self.W = torch.tensor(teacher.W.reshape(teacher.M, -1), **f64)
-        self.b, self.A = torch.tensor(teacher.b, **f64), torch.tensor(teacher.A, **f64)
-        self.levels = torch.tensor(teacher.weight_values, **f64)
+        self.levels = torch.tensor(teacher.weight_values, dtype=torch.float64, device=device)
         self.identity = getattr(encode, "name", None) == "identity"
 
     def weights(self, active: torch.Tensor) -> torch.Tensor:
@@ -196,12 +192,19 @@ class BatchMaker:
             1, rows.clamp(min=0), self.weights(active))
         x = torch.rand((T, P, t.I), generator=g, dtype=torch.float64, device=self.device) * 2 - 1
         with torch.no_grad():
-            z_tilde = z / math.sqrt(t.K)
-            hidden = torch.relu(torch.einsum("tpi,tih->tph", x, (z_tilde @ self.W).view(T, t.I, t.H))
-                                + (z_tilde @ self.b)[:, None, :])
-            target = hidden @ self.A
+            target = t.forward(z.repeat_interleave(P, dim=0), x.view(T * P, t.I)).view(T, P, t.O)
             e = z if self.identity else self.encode(z.cpu()).to(self.device)
         return e.float(), x.float(), target.float()
+
+
+def train_step(net: nn.Module, opt: torch.optim.Optimizer, e: torch.Tensor, x: torch.Tensor,
+               target: torch.Tensor) -> float:
+    """One AdamW step on the MSE of a batch; returns its loss."""
+    loss = nn.functional.mse_loss(apply_tasks(net, e, x), target)
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    opt.step()
+    return loss.item()
 
 
 def _train(teacher, encode, train_supports, net, cfg, progress, name, widths, checkpoint,
@@ -231,12 +234,7 @@ def _train(teacher, encode, train_supports, net, cfg, progress, name, widths, ch
     bar.update(first - 1)
     start = time.perf_counter() - spent
     for step in range(first, cfg.steps + 1):
-        e, x, target = batches()
-        loss = nn.functional.mse_loss(apply_tasks(net, e, x), target)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        value = loss.item()
+        value = train_step(net, opt, *batches())
         running = value if running is None else 0.98 * running + 0.02 * value
         if step % max(1, cfg.steps // 100) == 0 or step == cfg.steps:
             losses.append((step, running))
