@@ -7,9 +7,10 @@ the CLIs read before their arguments are parsed) does not import torch.
 from importlib import import_module
 
 _WHERE = {
+    "Claim": "base", "Construction": "base", "count_hidden_units": "base",
     "DeepConstruction": "deep", "build_deep": "deep",
     "ENCODING_NAMES": "names", "LINEAR_ENCODINGS": "names", "ENCODINGS": "names", "WEIGHTS": "names",
-    "SPLITS": "names", "CONSTRUCTIONS": "names",
+    "SPLITS": "names", "CONSTRUCTIONS": "names", "REGISTRY": "names",
     "TaskEncoder": "encodings", "make_encoder": "encodings",
     "ExactConstruction": "exact", "build_exact": "exact",
     "Hyperteacher": "hyperteacher", "HyperteacherConfig": "hyperteacher",

@@ -22,8 +22,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from constructions.base import Construction, construction_constants
 from constructions.hyperteacher import Hyperteacher
-from constructions.shallow import BYTES_PER_FLOAT64, construction_constants
 from theory.bounds import VARIANTS
 from theory.deep import (
     DeepHiddenUnits,
@@ -47,39 +47,28 @@ FIRST_TO_TERM = (0.5, 0.5, 1.0, 1.0)  # y − g_1/4 = |t|/2 + ReLU(|t| − ½)
 LEVEL_TO_G = (2.0, -4.0)  # g_s = 2a − 4b; its term −g_s/4^s
 
 
-class DeepConstruction(nn.Module):
-    """f(e(z), x) with sup_{X × Z_K} ‖f − g‖_∞ ≤ I·C·a/4^{m+1}, m tent levels per square.
-    Same protocol as ShallowConstruction (see its docstring)."""
+class DeepConstruction(Construction):
+    """f(e(z), x) with sup_{X × Z_K} ‖f − g‖_∞ ≤ I·C·a/4^{m+1}, m tent levels per square."""
 
     name = "deep"
     task_set = "Z_K"
 
     def __init__(self, teacher: Hyperteacher, m: int, C: float, a: float,
                  variant: str = "theorem", constants: str = "apriori"):
-        super().__init__()
-        if variant not in VARIANTS:
-            raise ValueError(f"variant must be one of {', '.join(VARIANTS)}; got {variant!r}")
+        super().__init__(teacher, variant, constants)
         if int(m) < 1:
             raise ValueError(f"m (tent levels) must be at least 1, got {m!r}")
-        self.I, self.H, self.O, self.M, self.K = teacher.I, teacher.H, teacher.O, teacher.M, teacher.K
         self.m, self.C, self.a = int(m), float(C), float(a)
         self.S = shift(self.I, self.C)
-        self.variant, self.constants = variant, constants
         t = lambda arr: torch.as_tensor(np.asarray(arr), dtype=torch.float64)  # noqa: E731
         root_K = math.sqrt(self.K)
         self.register_buffer("W_over_C", t(teacher.W.reshape(self.M, -1) / (root_K * self.C)))
         self.register_buffer("b_tilde", t(teacher.b / root_K))
-        self.register_buffer("A", t(teacher.A))
-        self.register_buffer("Q", t(teacher.Q) if teacher.Q is not None else None)
         # What each layer's square block is made of; forward and counted_widths read these.
         self.register_buffer("first_signs", t(FIRST_SIGNS))
         self.register_buffer("first_offsets", t(FIRST_OFFSETS))
         self.register_buffer("level_offsets", t(LEVEL_OFFSETS))
         self.register_buffer("scales", t(4.0 ** -np.arange(1, self.m + 1)))  # 1/4^s, s = 1..m
-
-    @property
-    def input_dim(self) -> int:
-        return self.M + self.I
 
     @property
     def N_eff(self) -> int:
@@ -106,9 +95,6 @@ class DeepConstruction(nn.Module):
                     variant=self.variant, constants=self.constants,
                     note="variant does not change this network: the bias rides in the accumulator "
                          "(no carry of z or b)")
-
-    def decode(self, e: torch.Tensor) -> torch.Tensor:
-        return e if self.Q is None else e @ self.Q
 
     def _combine(self, term: torch.Tensor) -> torch.Tensor:
         """C·Σ_i (τ(u_ih) − τ(v_ih)): (B, 2, I, H) → (B, H)."""
@@ -144,11 +130,6 @@ class DeepConstruction(nn.Module):
         first = squares * self.first_offsets.numel() + acc
         level = squares * self.level_offsets.numel() + acc
         return [first] + [level] * (self.scales.numel() - 1) + [self.A.shape[0]]
-
-    def dense_bytes(self) -> int:
-        sizes = [self.input_dim, *self.hidden_units().widths, self.O]
-        params = sum((n_in + 1) * n_out for n_in, n_out in zip(sizes[:-1], sizes[1:], strict=True))
-        return params * BYTES_PER_FLOAT64
 
     def to_sequential(self, dtype: torch.dtype = torch.float64) -> nn.Sequential:
         """The dense MLP, input [e(z), x]; Linear, ReLU, ..., Linear with m + 1 hidden layers.

@@ -45,18 +45,19 @@ from __future__ import annotations
 
 import itertools
 import math
+from dataclasses import replace
 
 import numpy as np
 import torch
 from torch import nn
 
+from constructions.base import Claim, Construction
 from constructions.hyperteacher import (
     Hyperteacher,
     dense_latents,
     sample_inputs,
 )
-from constructions.shallow import BYTES_PER_FLOAT64
-from theory.bounds import CONSTANTS, VARIANTS, apriori_C_W
+from theory.bounds import apriori_C_W, check_eps
 from theory.exact import (
     GATE_MARGIN,
     ExactUnits,
@@ -75,7 +76,7 @@ def _t(arr) -> torch.Tensor:
     return torch.as_tensor(np.array(arr, dtype=np.float64))
 
 
-class ExactConstruction(nn.Module):
+class ExactConstruction(Construction):
     """f(e(z), x) = g(x, z) exactly for x in the box and active z_m in the level set."""
 
     name = "exact"
@@ -83,13 +84,8 @@ class ExactConstruction(nn.Module):
 
     def __init__(self, teacher: Hyperteacher, code: LevelCode, variant: str = "theorem",
                  constants: str = "apriori", span_scale: float = 1.0):
-        super().__init__()
-        if variant not in VARIANTS:
-            raise ValueError(f"variant must be one of {', '.join(VARIANTS)}; got {variant!r}")
-        if constants not in CONSTANTS:
-            raise ValueError(f"constants must be one of {', '.join(CONSTANTS)}; got {constants!r}")
-        self.I, self.H, self.O, self.M, self.K = teacher.I, teacher.H, teacher.O, teacher.M, teacher.K
-        self.code, self.variant, self.constants, self.span_scale = code, variant, constants, span_scale
+        super().__init__(teacher, variant, constants)
+        self.code, self.span_scale = code, span_scale
         M, I, H = self.M, self.I, self.H
         if H <= I:  # signals q_mh = x·W_m[:,h] + b_m[h]
             self.signals = "units"
@@ -110,10 +106,9 @@ class ExactConstruction(nn.Module):
         d_prime = np.einsum("mrh,mr->mh", Rm, lo) + d  # coefficient of z_m in p_h·√K
         # Lean shift: Σ_m z̃_m d'_mh ≥ −D_h on Z_K (at most K terms, each z_m ≤ 1).
         neg = np.sort(np.maximum(-d_prime, 0.0), axis=0)[::-1][: self.K].sum(axis=0)
-        for name, arr in dict(U=U, c=c, Rm=Rm, d_prime=d_prime, lo=lo, span=span, A=teacher.A,
+        for name, arr in dict(U=U, c=c, Rm=Rm, d_prime=d_prime, lo=lo, span=span,
                               D=neg / math.sqrt(self.K), W=teacher.W, b=teacher.b, x_shift=radius).items():
             self.register_buffer(name, _t(arr))
-        self.register_buffer("Q", _t(teacher.Q) if teacher.Q is not None else None)
         f = lambda xs: _t([float(v) for v in xs])  # noqa: E731
         # Gates are used as κ·G (κ = GATE_MARGIN): off units then sit at pre-activation ≤ −span.
         self.register_buffer("omega", f(code.weights))
@@ -132,10 +127,6 @@ class ExactConstruction(nn.Module):
 
     # ─── protocol ──────────────────────────────────────────────────────────────────────
     @property
-    def input_dim(self) -> int:
-        return self.M + self.I
-
-    @property
     def layers(self) -> int:
         return self.code.layers
 
@@ -146,6 +137,11 @@ class ExactConstruction(nn.Module):
 
     def certificate(self) -> float:
         return 0.0
+
+    def claim(self, eps: float, dense: bool = False) -> Claim:
+        """Zero error on the task set "levels", up to float64 rounding (EXACT_TOL); verify
+        measures that on every level task as well, and where exactness ends."""
+        return replace(super().claim(eps, dense), exact=True)
 
     def rounding_floor(self, unit_roundoff: float = 2.0**-53, dense: bool = False) -> float:
         """Worst case |fl(f) − fl(g)| on the task set; one bound serves the structured and the
@@ -172,10 +168,6 @@ class ExactConstruction(nn.Module):
             return [gated, self.A.shape[0]]
         return [M * self.knots.numel() + M + I, gated, self.A.shape[0]]
 
-    def dense_bytes(self) -> int:
-        dims = [self.input_dim, *self.hidden_units().widths, self.O]
-        return sum((a + 1) * b for a, b in itertools.pairwise(dims)) * BYTES_PER_FLOAT64
-
     def summary(self) -> dict:
         c = self.code
         return dict(levels=[float(v) for v in c.V[1:]], code_weights=[str(w) for w in c.weights],
@@ -185,9 +177,6 @@ class ExactConstruction(nn.Module):
                     exact_radius=self.radius)
 
     # ─── the structured evaluator ──────────────────────────────────────────────────────
-    def decode(self, e: torch.Tensor) -> torch.Tensor:
-        return e if self.Q is None else e @ self.Q
-
     def forward(self, inputs: torch.Tensor) -> torch.Tensor:
         # Every row holds M·R·n gated pre-activations (65,536 at M = 1024): rows go through
         # in chunks so that one chunk's are at most CHUNK_ELEMENTS, whatever the batch.
@@ -344,8 +333,8 @@ def build_exact(teacher: Hyperteacher, eps: float | None = None, variant: str = 
     """The exact network for a khot or discrete teacher. `eps` is accepted for the common
     protocol and only validated: the certificate is 0 for every ε. `levels` overrides the level
     set and `span_scale` shrinks the signal ranges (tests use both to build wrong networks)."""
-    if eps is not None and not (isinstance(eps, (int, float)) and math.isfinite(eps) and eps > 0):
-        raise ValueError(f"eps must be a positive finite number or None, got {eps!r}")
+    if eps is not None:
+        check_eps(eps)
     if teacher.weights not in ("khot", "discrete") and levels is None:
         raise ValueError(
             f"exact needs a finite weight set (khot, discrete); {teacher.weights} weights take a "

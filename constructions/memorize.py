@@ -31,8 +31,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from constructions.base import BYTES_PER_FLOAT64
 from constructions.hyperteacher import Hyperteacher, dense_latents, enumerate_supports
-from constructions.shallow import BYTES_PER_FLOAT64
 from theory.bounds import memorization_hidden_units
 
 GiB = 2**30

@@ -25,6 +25,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from constructions.base import Construction
 from constructions.hyperteacher import (
     HyperteacherConfig,
     encode,
@@ -33,7 +34,6 @@ from constructions.hyperteacher import (
     truncated_normal,
     weight_values,
 )
-from constructions.shallow import BYTES_PER_FLOAT64
 from theory import multilayer as theory
 from theory.bounds import CONSTANTS, VARIANTS, readout_norm, square_interpolant, square_relu_coefficients
 
@@ -159,7 +159,7 @@ def sample_multilayer_hyperteacher(cfg: HyperteacherConfig, L: int) -> MultiLaye
 # The construction
 
 
-class MultiLayerConstruction(nn.Module):
+class MultiLayerConstruction(Construction):
     """f(e(z), x) with sup_{X × Z_K} ‖f − g‖_∞ ≤ max_o (|A|ᵀ δ^L)_o (see theory.multilayer)."""
 
     name = "multilayer"
@@ -167,13 +167,12 @@ class MultiLayerConstruction(nn.Module):
 
     def __init__(self, teacher: MultiLayerHyperteacher, N, constants: str = "instance",
                  bounds: list[theory.LayerBounds] | None = None):
-        super().__init__()
-        self.I, self.H, self.O, self.M, self.K = teacher.I, teacher.H, teacher.O, teacher.M, teacher.K
+        # Always the "theorem" variant: every block after the first reads z itself (build_multilayer).
+        super().__init__(teacher, "theorem", constants)
         self.L, self.sizes = teacher.L, teacher.sizes
         self.N = tuple(int(n) for n in N)
         if len(self.N) != self.L or min(self.N) < 1:
             raise ValueError(f"need one N_l ≥ 1 per layer (L = {self.L}), got {self.N}")
-        self.constants = constants
         self.bounds = theory.interval_bounds(teacher.Ws, teacher.bs, self.K, constants) \
             if bounds is None else bounds
         self._Ws = teacher.Ws  # kept for the rounding floor (magnitudes of the z-weights)
@@ -191,22 +190,13 @@ class MultiLayerConstruction(nn.Module):
             self.register_buffer(f"b_tilde{l}", t(lb.b_centred / root_K))
             if l < self.L - 1:
                 self.register_buffer(f"U{l}", t(lb.U))
-        self.register_buffer("A", t(teacher.A))
-        self.register_buffer("Q", t(teacher.Q) if teacher.Q is not None else None)
 
     def _block(self, l: int) -> dict[str, torch.Tensor]:
         names = ("W_over_C", "x_scale", "centre", "RC", "b_tilde")
         names += ("U",) if l < self.L - 1 else ()
         return {name: getattr(self, f"{name}{l}") for name in names}
 
-    @property
-    def input_dim(self) -> int:
-        return self.M + self.I
-
     # -- the function -----------------------------------------------------------------------
-
-    def decode(self, e: torch.Tensor) -> torch.Tensor:
-        return e if self.Q is None else e @ self.Q
 
     def forward(self, inputs: torch.Tensor) -> torch.Tensor:
         """The dense network's function block by block, with ŝ in closed form (O(H_{l-1}·H) per row).
@@ -256,11 +246,6 @@ class MultiLayerConstruction(nn.Module):
             out.append(2 * p["W_over_C"].shape[1] * self.N[l] + M)
             out.append(2 * p["U"].numel() + M if "U" in p else self.A.shape[0])
         return out
-
-    def dense_bytes(self) -> int:
-        widths = (self.input_dim,) + self.hidden_units().widths + (self.O,)
-        return sum(n_out * (n_in + 1) for n_in, n_out in zip(widths[:-1], widths[1:], strict=True)) \
-            * BYTES_PER_FLOAT64
 
     def summary(self) -> dict:
         return dict(L=self.L, N=list(self.N), constants=self.constants, a=self.a,

@@ -26,31 +26,17 @@ import numpy as np
 import torch
 from torch import nn
 
+from constructions.base import Construction
 from constructions.hyperteacher import Hyperteacher
-from constructions.shallow import BYTES_PER_FLOAT64
 from theory import bounds
 from theory import optimal as theory
+from theory.bounds import square_interpolant, top_k_sum
 
 CONSTANTS_NOTE = ("instance: per-(i, h) exact ranges of c_ih on Z_K; apriori: the truncation bound "
                   "√K·2σ for every product (only the readout weighting differs from the theorem)")
 
 
-def square_interpolant(t: torch.Tensor, N: torch.Tensor) -> torch.Tensor:
-    """ŝ_N(t) with N broadcast against t (one N per product), in closed form.
-
-    The function of theory.bounds.square_interpolant (which takes a scalar N): on segment
-    k the chord t_k² + (t_k + t_{k+1})(t − t_k); above 1 the last chord continues; below −1
-    every ReLU is off and ŝ = 1 = the chord at −1, so clamping t at −1 covers that case
-    with one operation instead of a mask (this runs ~50 times per measurement).
-    """
-    t = torch.clamp(t, min=-1.0)
-    h = 2.0 / N
-    k = torch.minimum(torch.floor((t + 1.0) / h), N - 1.0)
-    t_k = k * h - 1.0
-    return t_k * t_k + (2.0 * t_k + h) * (t - t_k)
-
-
-class OptimalConstruction(nn.Module):
+class OptimalConstruction(Construction):
     """f(e(z), x) with sup_{X × Z_K} ‖f − g‖_∞ ≤ max_o Σ_h |A_ho| Σ_i r_ih/N_ih²."""
 
     name = "optimal"
@@ -58,16 +44,13 @@ class OptimalConstruction(nn.Module):
 
     def __init__(self, teacher: Hyperteacher, N: np.ndarray, r: np.ndarray, m: np.ndarray,
                  variant: str = "theorem", constants: str = "instance", report: dict | None = None):
-        super().__init__()
-        if variant not in bounds.VARIANTS:
-            raise ValueError(f"variant must be one of {', '.join(bounds.VARIANTS)}; got {variant!r}")
-        self.I, self.H, self.O, self.M, self.K = teacher.I, teacher.H, teacher.O, teacher.M, teacher.K
+        super().__init__(teacher, variant, constants)
         N, r, m = np.asarray(N), np.asarray(r, dtype=np.float64), np.asarray(m, dtype=np.float64)
         if N.shape != (self.I, self.H) or r.shape != N.shape or m.shape != N.shape:
             raise ValueError(f"N, r and m must have shape (I, H) = {(self.I, self.H)}")
         if np.any(N < 1) or np.any(N != np.round(N)) or np.any(r < 0):
             raise ValueError("every N_ih must be an integer ≥ 1 and every r_ih ≥ 0")
-        self.variant, self.constants, self.report = variant, constants, dict(report or {})
+        self.report = dict(report or {})
         t = lambda arr: torch.as_tensor(np.asarray(arr), dtype=torch.float64)  # noqa: E731
         root_K = math.sqrt(self.K)
         safe_r = np.where(r > 0, r, 1.0)  # r_ih = 0 only if W[:, i, h] = 0: then c − m ≡ 0
@@ -78,8 +61,6 @@ class OptimalConstruction(nn.Module):
         self.register_buffer("m", t(m))
         self.register_buffer("N", torch.as_tensor(N.astype(np.int64)))
         self.register_buffer("b_tilde", t(teacher.b / root_K))
-        self.register_buffer("A", t(teacher.A))
-        self.register_buffer("Q", t(teacher.Q) if teacher.Q is not None else None)
         self._floor_terms = self._rounding_magnitudes(teacher, safe_r)
 
     def _rounding_magnitudes(self, teacher: Hyperteacher, safe_r: np.ndarray) -> dict:
@@ -90,23 +71,18 @@ class OptimalConstruction(nn.Module):
         for the rounding of e = zQᵀ, of the decode and of the rows written through Q.
         """
         K, M = self.K, self.M
-        k = min(K, M)
         absW = np.abs(teacher.W).reshape(M, -1)
         if teacher.Q is None:
-            z_part = -np.partition(-absW, k - 1, axis=0)[:k].sum(axis=0) / (2 * math.sqrt(K))
+            z_part = top_k_sum(absW, K) / (2 * math.sqrt(K))
         else:
             z_part = math.sqrt(M) * np.linalg.norm(absW, axis=0) / 2
         z_part = z_part.reshape(self.I, self.H) / safe_r
         # x_i/2 ≤ 1/2, the knot |t_k| ≤ 1 and the offset |m|/(2r) ≤ 1/2 (|m| ≤ r).
         layer1_terms = 2.0 + float(z_part.max())
         b = np.abs(teacher.b) / math.sqrt(K)  # (M, H)
-        carry_sum = -np.partition(-b, k - 1, axis=0)[:k].sum(axis=0)  # sup of b_h(z̃) on Z_K
+        carry_sum = top_k_sum(b, K)  # sup of b_h(z̃) on Z_K
         carry_terms = carry_sum if teacher.Q is None else math.sqrt(M * K) * b.sum(axis=0)
         return dict(layer1_terms=layer1_terms, carry_sum=carry_sum, carry_terms=carry_terms)
-
-    @property
-    def input_dim(self) -> int:
-        return self.M + self.I
 
     def certificate(self) -> float:
         return theory.certificate(self.r.numpy(), self.N.numpy(), self.A.numpy())
@@ -142,9 +118,6 @@ class OptimalConstruction(nn.Module):
         out.update(self.report)
         return out
 
-    def decode(self, e: torch.Tensor) -> torch.Tensor:
-        return e if self.Q is None else e @ self.Q
-
     def forward(self, inputs: torch.Tensor) -> torch.Tensor:
         # Products first, batch last: every per-product constant (r, m, N, offset) is then
         # one number per contiguous row of B entries, which keeps the elementwise kernels
@@ -168,11 +141,6 @@ class OptimalConstruction(nn.Module):
         carry (one unit per z_m, or per b_h), and the H units of the teacher's layer."""
         carry = self.W_over_r.shape[0] if self.variant == "theorem" else self.b_tilde.shape[1]
         return [2 * int(self.N.sum()) + carry, self.A.shape[0]]
-
-    def dense_bytes(self) -> int:
-        n1, n2 = self.hidden_units().widths
-        params = n1 * (self.input_dim + 1) + n2 * (n1 + 1) + self.O * (n2 + 1)
-        return params * BYTES_PER_FLOAT64
 
     def to_sequential(self, dtype: torch.dtype = torch.float64) -> nn.Sequential:
         """The dense MLP; layer-1 rows per product (i, h): u-block then v-block, knots in

@@ -16,59 +16,38 @@ import numpy as np
 import torch
 from torch import nn
 
+from constructions.base import Construction, construction_constants
 from constructions.hyperteacher import Hyperteacher
 from theory.bounds import (
-    CONSTANTS,
-    VARIANTS,
     HiddenUnits,
     N_for_eps,
-    apriori_C,
+    apriori_C_W,
     certificate,
     count_formula,
     hidden_units,
-    instance_C,
-    readout_norm,
     rounding_floor,
     square_interpolant,
     square_relu_coefficients,
 )
 
-BYTES_PER_FLOAT64 = 8
 
-
-class ShallowConstruction(nn.Module):
-    """f(e(z), x) with sup_{X × Z_K} ‖f − g‖_∞ ≤ I·C·a/N² (the certificate).
-
-    Every construction in this package has the same surface, which `verify` relies on:
-    `name`, `task_set` (where the certificate holds), forward (the structured evaluator),
-    certificate(), rounding_floor(), hidden_units() (.total, .widths, .terms),
-    count_formula(), counted_widths(), dense_bytes(), to_sequential() and summary().
-    """
+class ShallowConstruction(Construction):
+    """f(e(z), x) with sup_{X × Z_K} ‖f − g‖_∞ ≤ I·C·a/N² (the certificate)."""
 
     name = "shallow"
     task_set = "Z_K"  # every x in [-1,1]^I and every z in [0,1]^M with at most K nonzeros
 
     def __init__(self, teacher: Hyperteacher, N: int, C: float, a: float,
                  variant: str = "theorem", constants: str = "apriori"):
-        super().__init__()
-        if variant not in VARIANTS:
-            raise ValueError(f"variant must be one of {', '.join(VARIANTS)}; got {variant!r}")
-        self.I, self.H, self.O, self.M, self.K = teacher.I, teacher.H, teacher.O, teacher.M, teacher.K
+        super().__init__(teacher, variant, constants)
         self.N, self.C, self.a = int(N), float(C), float(a)
-        self.variant, self.constants = variant, constants
         t = lambda arr: torch.as_tensor(np.asarray(arr), dtype=torch.float64)  # noqa: E731
         root_K = math.sqrt(self.K)
         # c_ih(z)/C as one matmul: z (B, M) @ (M, I·H).
         self.register_buffer("W_over_C", t(teacher.W.reshape(self.M, -1) / (root_K * self.C)))
         self.register_buffer("b_tilde", t(teacher.b / root_K))  # b(z̃) = z @ b_tilde
-        self.register_buffer("A", t(teacher.A))
-        self.register_buffer("Q", t(teacher.Q) if teacher.Q is not None else None)
         # No buffer of the N knots: forward() uses the closed-form chord, so the structured
         # evaluator's memory does not grow with N (1/√ε); to_sequential() writes them.
-
-    @property
-    def input_dim(self) -> int:
-        return self.M + self.I
 
     def certificate(self) -> float:
         return certificate(self.I, self.C, self.a, self.N)
@@ -89,9 +68,40 @@ class ShallowConstruction(nn.Module):
         """The parameters that determine this network, for reports."""
         return dict(N=self.N, C=self.C, a=self.a, variant=self.variant, constants=self.constants)
 
-    def decode(self, e: torch.Tensor) -> torch.Tensor:
-        """z from e(z); the orthogonal map is undone by its transpose."""
-        return e if self.Q is None else e @ self.Q
+    def report_fields(self, teacher: Hyperteacher, eps: float) -> dict:
+        """The theorem's quantities: C against both bounds on |W|, N·√ε against its limit
+        √(I·C·a), the count term by term and the other variant's count."""
+        other = "lean" if self.variant == "theorem" else "theorem"
+        units = self.hidden_units()
+        return {
+            "constants": dict(kind=self.constants, C=self.C, a=self.a, C_W_apriori=apriori_C_W(self.I),
+                              C_W_instance=float(np.abs(teacher.W).max())),
+            "N": self.N,
+            "N_sqrt_eps": self.N * math.sqrt(eps),
+            "N_sqrt_eps_limit": math.sqrt(self.I * self.C * self.a),
+            "hidden_units_" + other: hidden_units(self.I, self.H, self.M, self.N, other).total,
+            "hidden_units": dict(squares=units.squares, carry=units.carry, teacher=units.teacher),
+        }
+
+    def report_lines(self, r: dict) -> list[str]:
+        c, u = r["constants"], r["hidden_units"]
+        carry = "M" if r["variant"] == "theorem" else "H"
+        other = "lean" if r["variant"] == "theorem" else "theorem"
+        C_how = "√K·2σ, a-priori" if c["kind"] == "apriori" else "exact sup over Z_K"
+        return [
+            f"constants     C = {c['C']:.4f} ({C_how})   a = max_o Σ_h|A_ho| = {c['a']:.4f}",
+            f"ε             {r['eps']:.3e}",
+            f"N             {r['N']:,} = ⌈√(I·C·a/ε)⌉     N·√ε = {r['N_sqrt_eps']:.3f} "
+            f"(→ √(I·C·a) = {r['N_sqrt_eps_limit']:.3f})",
+            f"hidden units  squares 2·I·H·N = {u['squares']:,}",
+            f"              carry {carry:<9} = {u['carry']:,}",
+            f"              layer 2 H       = {u['teacher']:,}",
+            f"              total           = {u['total']:,}   formula {u['formula']} = O(1/√ε + M)",
+            f"              widths          = {tuple(u['widths'])} counted on the {u['counted_from']}",
+            f"              ({other} variant: {r['hidden_units_' + other]:,})",
+            f"certificate   I·C·a/N² = {r['certificate']:.3e}   (float64 rounding ≤ "
+            f"{r['rounding_floor_float64']:.1e})",
+        ]
 
     def forward(self, inputs: torch.Tensor) -> torch.Tensor:
         z = self.decode(inputs[:, : self.M])
@@ -113,12 +123,6 @@ class ShallowConstruction(nn.Module):
         n_products = self.W_over_C.shape[1]
         carry = self.W_over_C.shape[0] if self.variant == "theorem" else self.b_tilde.shape[1]
         return [2 * n_products * self.N + carry, self.A.shape[0]]
-
-    def dense_bytes(self) -> int:
-        """Memory the parameters of `to_sequential()` take."""
-        n1, n2 = self.hidden_units().widths
-        params = n1 * (self.input_dim + 1) + n2 * (n1 + 1) + self.O * (n2 + 1)
-        return params * BYTES_PER_FLOAT64
 
     def to_sequential(self, dtype: torch.dtype = torch.float64) -> nn.Sequential:
         """The dense standard MLP: Linear, ReLU, Linear, ReLU, Linear, input [e(z), x].
@@ -167,14 +171,6 @@ class ShallowConstruction(nn.Module):
         return nn.Sequential(first, nn.ReLU(), second, nn.ReLU(), readout)
 
 
-def construction_constants(teacher: Hyperteacher, constants: str = "apriori") -> tuple[float, float]:
-    """(C, a): C from the a-priori truncation bound or from this instance's exact range."""
-    if constants not in CONSTANTS:
-        raise ValueError(f"constants must be one of {', '.join(CONSTANTS)}; got {constants!r}")
-    C = apriori_C(teacher.I, teacher.K) if constants == "apriori" else instance_C(teacher.W, teacher.K)
-    return C, readout_norm(teacher.A)
-
-
 def build_construction(teacher: Hyperteacher, eps: float, variant: str = "theorem",
                        constants: str = "apriori", C: float | None = None) -> ShallowConstruction:
     """The network the theorem promises for ε. Passing C overrides the derived constant
@@ -183,9 +179,3 @@ def build_construction(teacher: Hyperteacher, eps: float, variant: str = "theore
     C = C_derived if C is None else float(C)
     N = N_for_eps(teacher.I, C, a, eps)
     return ShallowConstruction(teacher, N=N, C=C, a=a, variant=variant, constants=constants)
-
-
-def count_hidden_units(net: nn.Module) -> list[int]:
-    """Hidden widths of any nn.Sequential MLP: out_features of every Linear but the last."""
-    linears = [m for m in net.modules() if isinstance(m, nn.Linear)]
-    return [m.out_features for m in linears[:-1]]

@@ -5,8 +5,10 @@ a knot count per product), `deep` (sawtooth squares, O(log 1/ε)) and `exact` (g
 units, zero error on the family's weight levels, flat in ε), each counted on the built
 object, with the memorization baseline (one copy of the teacher per task) for scale.
 (b) their depth (hidden layers): `deep` buys its size with depth.
-Every point is also measured, and the checks hold each construction to its own claim:
-certificate ≤ ε and measured ≤ certificate (exact: measured ≤ 1e-12 on its task set).
+Every point is also measured, and the checks hold each construction to its own claim
+(Construction.claim, the rule verify.bound applies): certificate ≤ ε and measured ≤
+certificate (exact: measured ≤ 1e-12 on its task set). Every single-layer construction in
+the registry is drawn, under its registry label.
 """
 
 from __future__ import annotations
@@ -16,16 +18,13 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from constructions.hyperteacher import HyperteacherConfig, sample_hyperteacher
-from constructions.registry import CONSTRUCTIONS, build
+from constructions.registry import CONSTRUCTIONS, REGISTRY, build
 from paper_figures.common import COLOURS, MARKERS, FigureResult, finish, new_figure, plot_series
 from theory.bounds import memorization_hidden_units
-from verify.check import EXACT_TOL
 from verify.cli import progress as progress_bar
 from verify.measure import measure_sup_error
 
 NAME = "fig8_constructions_vs_eps"
-LABELS = {"shallow": "shallow (the theorem, a-priori C)", "exact": "exact (zero error on the weight levels)",
-          "deep": "deep (sawtooth squares)", "optimal": "optimal (a range and N per product)"}
 DEEP_TARGET = 100  # issue 5: deep needs ≥ 100× fewer units than shallow at ε = 1e-6, M = 32
 
 
@@ -64,19 +63,18 @@ def units_per_decade(units: dict, depth: dict, per_level: int) -> tuple[float | 
     return rate, abs(rate - per_level * math.log(10, 4)) <= per_level / decades
 
 
-def measure_point(teacher, name: str, eps: float, cfg: Config) -> list[dict]:
+def measure_point(teacher, name: str, eps: float, cfg: Config) -> tuple[list[dict], str]:
     """One construction at one ε: its counted size and depth, and its measured error held
-    to its own claim."""
+    to its own claim; and that claim's rule in words."""
     net = build(name, teacher, eps)
     widths = net.counted_widths()
-    exact = net.task_set == "levels"
-    measured = measure_sup_error(net, teacher, seed=cfg.seed, progress=False, refine_z=not exact,
+    claim = net.claim(eps)
+    measured = measure_sup_error(net, teacher, seed=cfg.seed, progress=False, refine_z=claim.refine_z,
                                  **dict(cfg.measure)).sup_error
-    cert, floor = net.certificate(), net.rounding_floor()
-    ok = measured <= EXACT_TOL if exact else (cert <= eps and measured <= cert + floor)
     return [dict(panel="a", series=name, x=eps, y=sum(widths), formula=net.hidden_units().total,
-                 depth=len(widths), certificate=cert, measured=measured, within=ok),
-            dict(panel="b", series=f"{name} depth", x=eps, y=len(widths))]
+                 depth=len(widths), certificate=claim.certificate, measured=measured,
+                 within=claim.holds(measured)),
+            dict(panel="b", series=f"{name} depth", x=eps, y=len(widths))], claim.rule
 
 
 def compute(cfg: Config, progress: bool | None = None) -> tuple[list[dict], dict]:
@@ -88,12 +86,12 @@ def compute(cfg: Config, progress: bool | None = None) -> tuple[list[dict], dict
     with progress_bar(len(CONSTRUCTIONS) * len(cfg.eps), "networks", progress, unit="net") as bar:
         for name in CONSTRUCTIONS:
             for eps in cfg.eps:
-                rows += measure_point(teacher, name, eps, cfg)
+                point, rule = measure_point(teacher, name, eps, cfg)
+                rows += point
                 bar.update(1)
             units = [r for r in rows if r["series"] == name and r["panel"] == "a"]
             checks[f"{name}: count = formula"] = all(r["y"] == r["formula"] for r in units)
-            checks[f"{name}: " + ("measured <= 1e-12" if name == "exact" else "certificate <= eps, measured "
-                                  "<= certificate")] = all(r["within"] for r in units)
+            checks[f"{name}: {rule}"] = all(r["within"] for r in units)
     rows += [dict(panel="a", series="memorization", x=eps, y=memorization_hidden_units(cfg.M, cfg.K, cfg.H))
              for eps in (max(cfg.eps), min(cfg.eps))]
 
@@ -121,7 +119,7 @@ def plot(rows: list[dict], meta: dict, cfg: Config):
     ax, bx = axes[:, 0]
     for i, name in enumerate(CONSTRUCTIONS):
         style = dict(color=COLOURS[i % len(COLOURS)], marker=MARKERS[i % len(MARKERS)], ms=6, lw=1.2)
-        plot_series(ax, rows, name, "a", label=LABELS[name], **style)
+        plot_series(ax, rows, name, "a", label=REGISTRY[name].label, **style)
         plot_series(bx, rows, f"{name} depth", "b", **style)
     plot_series(ax, rows, "memorization", "a", color="0.4", ls=":", lw=1.2,
                 label="memorization baseline, H·Σ C(M,k)")

@@ -11,12 +11,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from constructions import HyperteacherConfig, build_construction, sample_hyperteacher
-from constructions.shallow import count_hidden_units
-from tests.strategies import log_eps, small_configs
+from constructions.base import count_hidden_units
+from tests.strategies import FAST, log_eps, small_configs
 from theory.bounds import instance_C
 from verify.measure import measure_sup_error
-
-FAST = dict(points_per_task=8, refine_tasks=8, refine_starts=8, refine_steps=40)
 
 
 def random_inputs(teacher, n, seed, spread=1.0):

@@ -11,14 +11,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from constructions import HyperteacherConfig, sample_hyperteacher
+from constructions.base import construction_constants, count_hidden_units
 from constructions.deep import DeepConstruction, build_deep
-from constructions.shallow import ShallowConstruction, construction_constants, count_hidden_units
-from tests.strategies import log_eps, small_configs
+from constructions.shallow import ShallowConstruction
+from tests.strategies import FAST, log_eps, small_configs
 from theory import deep as theory
 from theory.bounds import instance_C, square_interpolant
 from verify.measure import measure_sup_error
 
-FAST = dict(points_per_task=8, refine_tasks=8, refine_starts=8, refine_steps=40)
 # The property test runs 20 examples: a lighter search keeps it near the file's budget (the
 # tiny-instance tests below are the ones that check the measurer gets close to the sup).
 LIGHT = dict(points_per_task=8, refine_tasks=4, refine_starts=8, refine_steps=25)

@@ -12,12 +12,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from constructions import HyperteacherConfig, sample_hyperteacher
+from constructions.base import count_hidden_units
 from constructions.exact import (
     build_exact,
     enumerate_level_tasks,
     task_points,
 )
-from constructions.shallow import count_hidden_units
 from tests.strategies import small_configs
 from theory.exact import (
     as_fractions,

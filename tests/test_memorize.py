@@ -19,8 +19,8 @@ from constructions import (
     sample_inputs,
     support_weights,
 )
+from constructions.base import count_hidden_units
 from constructions.memorize import memorizer_bytes, support_modules
-from constructions.shallow import count_hidden_units
 from tests.strategies import small_configs
 from theory.bounds import memorization_hidden_units, n_tasks
 

@@ -11,6 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from constructions import HyperteacherConfig, build_construction, sample_hyperteacher
+from constructions.base import count_hidden_units
 from constructions.hyperteacher import dense_latents, enumerate_supports
 from constructions.multilayer import (
     MultiLayerConstruction,
@@ -18,7 +19,6 @@ from constructions.multilayer import (
     build_multilayer,
     sample_multilayer_hyperteacher,
 )
-from constructions.shallow import count_hidden_units
 from tests.strategies import small_configs
 from theory import multilayer as theory
 from verify.measure import measure_sup_error

@@ -12,8 +12,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from constructions import HyperteacherConfig, build_construction, sample_hyperteacher
+from constructions.base import count_hidden_units
 from constructions.optimal import OptimalConstruction, build_optimal, square_interpolant
-from constructions.shallow import count_hidden_units
 from tests.strategies import log_eps, small_configs
 from theory import bounds
 from theory import optimal as theory

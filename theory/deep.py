@@ -34,6 +34,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from theory.bounds import check_eps, gamma
+
 
 def certificate(I: int, C: float, a: float, m: int) -> float:
     """I·C·a / 4^{m+1}: each of the I products per teacher unit is off by at most
@@ -45,8 +47,7 @@ def certificate(I: int, C: float, a: float, m: int) -> float:
 def levels_for_eps(I: int, C: float, a: float, eps: float) -> int:
     """Smallest m ≥ 1 with I·C·a / 4^{m+1} ≤ ε (m = 1 is the shallowest network: the
     first layer already yields g_1)."""
-    if not (eps > 0 and math.isfinite(eps)):
-        raise ValueError(f"eps must be a positive finite number, got {eps!r}")
+    check_eps(eps)
     m = 1
     while certificate(I, C, a, m) > eps:
         m += 1
@@ -117,11 +118,6 @@ def count(I: int, H: int, m: int) -> int:
     return (m + 1) * (4 * I * H + H)
 
 
-def _gamma(n: int, u: float) -> float:
-    """γ_n = n·u/(1 − n·u): the relative error bound of an n-term floating-point sum."""
-    return math.inf if n * u >= 1.0 else n * u / (1.0 - n * u)
-
-
 def rounding_floor(I: int, H: int, M: int, K: int, C: float, a: float, m: int, w: float,
                    orthogonal: bool = False, unit_roundoff: float = 2.0**-53) -> float:
     """Worst-case |computed − exact| of f − g on the task set, one bound for both the
@@ -150,15 +146,15 @@ def rounding_floor(I: int, H: int, M: int, K: int, C: float, a: float, m: int, w
     sums zeros exactly, so only nonzero terms count) the larger is taken.
     """
     u = unit_roundoff
-    e0 = _gamma(2 * M + I + 2, u) * (1.0 + (K + (2 * M * math.sqrt(K * M) if orthogonal else 0.0)) * w)
-    lam = 30.0 * _gamma(5, u)
-    if max(_gamma(2 * M + I + 2, u), _gamma(8 * I + M + 2, u), _gamma(M + I + H + 2, u)) > 0.01:
+    e0 = gamma(2 * M + I + 2, u) * (1.0 + (K + (2 * M * math.sqrt(K * M) if orthogonal else 0.0)) * w)
+    lam = 30.0 * gamma(5, u)
+    if max(gamma(2 * M + I + 2, u), gamma(8 * I + M + 2, u), gamma(M + I + H + 2, u)) > 0.01:
         return math.inf
     IC, rK = I * C, math.sqrt(K)
     squares = 2.0 * IC * (8.0 * e0 + lam)
-    accumulate = (m + 1) * _gamma(8 * I + M + 2, u) * (5.0 * IC + rK + M)
-    readout = _gamma(H, u) * (IC + rK)
-    teacher = _gamma(M + I + H + 2, u) * (3.0 * IC + 2.0 * rK)
+    accumulate = (m + 1) * gamma(8 * I + M + 2, u) * (5.0 * IC + rK + M)
+    readout = gamma(H, u) * (IC + rK)
+    teacher = gamma(M + I + H + 2, u) * (3.0 * IC + 2.0 * rK)
     return 2.0 * a * (squares + accumulate + readout + teacher)
 
 

@@ -49,6 +49,8 @@ from functools import lru_cache
 
 import numpy as np
 
+from theory.bounds import gamma, top_k_sum
+
 # ─── Level codes and gates (exact rational arithmetic) ──────────────────────────────────
 
 
@@ -333,12 +335,6 @@ def certificate() -> float:
 # ─── Rounding floor ──────────────────────────────────────────────────────────────────────
 
 
-def gamma(n: int, u: float) -> float:
-    """γ_n = n·u/(1 − n·u): a dot product or sum of n terms, in any order, is off by at most
-    γ_n·Σ|terms| (Higham, Accuracy and Stability, §3.1)."""
-    return math.inf if n * u >= 1 else n * u / (1 - n * u)
-
-
 def decode_error(M: int, K: int, u: float, orthogonal: bool) -> float:
     """δ_z: how far a z-linear pre-activation r·z can be off, per unit ‖r‖₁, from encoding.
 
@@ -350,12 +346,6 @@ def decode_error(M: int, K: int, u: float, orthogonal: bool) -> float:
         return 0.0
     g = gamma(M, u)
     return g * math.sqrt(K) * (2 * math.sqrt(M) + 1) * (1 + g) * (1 + math.sqrt(M) * g)
-
-
-def top_k_sum(a: np.ndarray, K: int, axis: int = 0) -> np.ndarray:
-    """Sum of the K largest entries along `axis`: the worst case over ≤ K active modules."""
-    k = min(K, a.shape[axis])
-    return np.sort(a, axis=axis).take(np.arange(a.shape[axis] - k, a.shape[axis]), axis=axis).sum(axis=axis)
 
 
 def rounding_floor(*, U, c, Rm, d_prime, lo, span, code: LevelCode, A, W, b, K, variant="theorem",

@@ -44,7 +44,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from theory.bounds import CONSTANTS, TRUNCATION, check_knots, init_std
+from theory.bounds import CONSTANTS, TRUNCATION, check_eps, check_knots, gamma, init_std, top_k_sum
 
 BIAS_MAX = 0.5  # module biases are Uniform[0, 0.5)
 SQUARE_ALPHA_L1 = 6.0  # Σ_k |α_k| of ŝ_N = (2 − 2/N) + (N − 1)·4/N < 6
@@ -52,9 +52,7 @@ SQUARE_ALPHA_L1 = 6.0  # Σ_k |α_k| of ŝ_N = (2 − 2/N) + (N − 1)·4/N < 6
 
 def sup_linear(w: np.ndarray, K: int) -> np.ndarray:
     """sup over Z_K of Σ_m z̃_m w_m, per column of w (M, ...): the K largest positive entries / √K."""
-    k = min(K, w.shape[0])
-    top = -np.partition(-np.maximum(w, 0.0), k - 1, axis=0)[:k]
-    return top.sum(axis=0) / math.sqrt(K)
+    return top_k_sum(np.maximum(w, 0.0), K) / math.sqrt(K)
 
 
 def sup_abs_linear(w: np.ndarray, K: int) -> np.ndarray:
@@ -167,8 +165,7 @@ def square_weights(bounds: list[LayerBounds]) -> np.ndarray:
 
 def allocate_N(bounds: list[LayerBounds], A: np.ndarray, eps: float) -> tuple[int, ...]:
     """N_l minimising Σ_l w_l N_l subject to certificate ≤ ε: Lagrange optimum, ceil, then trim."""
-    if not (eps > 0 and math.isfinite(eps)):
-        raise ValueError(f"eps must be a positive finite number, got {eps!r}")
+    check_eps(eps)
     kap, w = kappas(bounds, A), square_weights(bounds)
     t = math.sqrt(float(np.sum(np.cbrt(kap) * np.cbrt(w) ** 2)) / eps)
     N_real = [t * float(np.cbrt(k / wl)) for k, wl in zip(kap, w, strict=True)]
@@ -242,10 +239,6 @@ def count_closed_form(I: int, H: int, M: int, N) -> int:
     return sum(2 * (I if l == 0 else H) * H * N[l] + M for l in range(L)) + (L - 1) * (2 * H + M) + H
 
 
-def _gamma(n: int, u: float) -> float:
-    return math.inf if n * u >= 1.0 else n * u / (1.0 - n * u)
-
-
 def rounding_floor(bounds: list[LayerBounds], Ws, A: np.ndarray, N, K: int, orthogonal: bool,
                    unit_roundoff: float = 2.0**-53, dense: bool = False) -> float:
     """Worst-case floating-point error of evaluating the network on X × Z_K.
@@ -270,7 +263,7 @@ def rounding_floor(bounds: list[LayerBounds], Ws, A: np.ndarray, N, K: int, orth
     u = unit_roundoff
     M = Ws[0].shape[0]
     deltas = error_bounds(bounds, N)
-    zeta = _gamma(M, u) * math.sqrt(K) if orthogonal else 0.0
+    zeta = gamma(M, u) * math.sqrt(K) if orthogonal else 0.0
     r = np.zeros(bounds[0].C.shape[0])
     U_prev, d_prev = None, None
     for l, (lb, W, N_l) in enumerate(zip(bounds, Ws, N, strict=True)):
@@ -292,22 +285,22 @@ def rounding_floor(bounds: list[LayerBounds], Ws, A: np.ndarray, N, K: int, orth
         if dense:
             n1 = (M + n_in + 1) if l == 0 else (2 * n_in + M + 1)
             n2 = 2 * n_in * N_l + M + 1
-            q_err = _gamma(n1, u) * T1 + zeta * omega_l1
+            q_err = gamma(n1, u) * T1 + zeta * omega_l1
             square_err = 2 * SQUARE_ALPHA_L1 * q_err
         else:
             n1, n2 = M + 4, n_in + M + 1
-            q_err = _gamma(n1, u) * T1 + zeta * omega_l1
+            q_err = gamma(n1, u) * T1 + zeta * omega_l1
             # ŝ by its chord: slope ≤ 2 on the input error, own rounding ≤ γ_8·8 (|terms| ≤ 5 + knot)
-            square_err = 2 * (2 * q_err + _gamma(8, u) * 8.0)
+            square_err = 2 * (2 * q_err + gamma(8, u) * 8.0)
         RC = lb.R[:, None] * lb.C
         b_abs = sup_linear(np.abs(lb.b_centred), K)
         T2 = (2 * SQUARE_ALPHA_L1 * (2 + q_err) * RC).sum(axis=0) + b_abs + lb.U
-        local = (RC * square_err).sum(axis=0) + _gamma(n2, u) * T2 \
+        local = (RC * square_err).sum(axis=0) + gamma(n2, u) * T2 \
             + zeta * np.abs(lb.b_centred).sum(axis=0) / math.sqrt(K)
         r = 4 * lb.C.T @ r + local
         U_prev, d_prev = lb.U, deltas[l]
     absA = np.abs(A)
-    return float((absA.T @ (r + _gamma(absA.shape[0], u) * (bounds[-1].U + deltas[-1]))).max())
+    return float((absA.T @ (r + gamma(absA.shape[0], u) * (bounds[-1].U + deltas[-1]))).max())
 
 
 def symbolic_checks() -> dict[str, bool]:

@@ -42,14 +42,9 @@ import numpy as np
 from scipy.optimize import minimize
 
 from theory import bounds
-from theory.bounds import VARIANTS
+from theory.bounds import VARIANTS, check_eps, gamma, top_k_sum
 
 UNIT_ROUNDOFF = 2.0**-53
-
-
-def gamma(n: int, unit_roundoff: float = UNIT_ROUNDOFF) -> float:
-    """γ_n = n·u/(1 − n·u): the relative error bound of n floating-point operations."""
-    return math.inf if n * unit_roundoff >= 1.0 else n * unit_roundoff / (1.0 - n * unit_roundoff)
 
 
 def product_ranges(W: np.ndarray, K: int) -> tuple[np.ndarray, np.ndarray]:
@@ -60,10 +55,9 @@ def product_ranges(W: np.ndarray, K: int) -> tuple[np.ndarray, np.ndarray]:
     theory.bounds.instance_C, so max(pos, neg).max() equals it bit for bit.
     """
     M, I, H = W.shape
-    k = min(K, M)
     flat = W.reshape(M, -1)
-    top_pos = -np.partition(-np.maximum(flat, 0.0), k - 1, axis=0)[:k].sum(axis=0)
-    top_neg = -np.partition(-np.maximum(-flat, 0.0), k - 1, axis=0)[:k].sum(axis=0)
+    top_pos = top_k_sum(np.maximum(flat, 0.0), K)
+    top_neg = top_k_sum(np.maximum(-flat, 0.0), K)
     root_K = math.sqrt(K)
     return (top_pos / root_K).reshape(I, H), (top_neg / root_K).reshape(I, H)
 
@@ -99,8 +93,7 @@ def budget(eps: float, I: int, H: int) -> float:
     ≤ computed/(1 − γ). Accepting computed ≤ ε·(1 − 2γ) makes the exact certificate of the
     float constants ≤ ε: a relative margin of ~10⁻¹⁴, invisible in N.
     """
-    if not (eps > 0 and math.isfinite(eps)):
-        raise ValueError(f"eps must be a positive finite number, got {eps!r}")
+    check_eps(eps)
     return eps * (1.0 - 2.0 * gamma(I + H + 2))
 
 

@@ -13,13 +13,20 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from constructions.names import CONSTRUCTION_HELP, CONSTRUCTIONS, ENCODINGS, WEIGHTS, default_constants
+from constructions.names import (
+    CONSTRUCTION_HELP,
+    CONSTRUCTIONS,
+    ENCODINGS,
+    WEIGHTS,
+    default_constants,
+    multi_layer_blocks,
+)
 from theory.bounds import CONSTANTS, VARIANTS
 from verify import cli
 from verify.cli import UsageError, positive_float, positive_int, seed
+from verify.names import MAX_TASKS
 
 MAX_LAYERS = 8
-MAX_TASKS = 20_000
 # Threads pay off once each input row carries I·H ≥ 64 products (the default I = H = 16:
 # 1.5× faster on two idle cores); below that, and on busy cores, one thread is faster
 # (README, "Threads").
@@ -78,6 +85,10 @@ def parse_args(argv) -> object:
         raise UsageError(f"--K must be at most --M (got K={args.K}, M={args.M})")
     if args.layers > MAX_LAYERS:
         raise UsageError(f"--layers must be at most {MAX_LAYERS}, got {args.layers}")
+    blocks = multi_layer_blocks()
+    if args.layers > 1 and args.construction not in blocks:
+        raise UsageError(f"multi-layer teachers are built with {' or '.join(blocks)} blocks only; "
+                         f"--construction {args.construction} needs --layers 1")
     if args.force and not args.save:
         raise UsageError("--force only applies to --save DIR")
     if args.save:
@@ -85,7 +96,8 @@ def parse_args(argv) -> object:
     return args
 
 
-def run(args) -> dict:
+def run(args) -> tuple[dict, object]:
+    """(the report, the construction it is about)."""
     from constructions.hyperteacher import HyperteacherConfig
     from verify.check import verify_point
 
@@ -99,7 +111,7 @@ def run(args) -> dict:
         progress=False if args.no_progress else None)
     if args.save:
         save(Path(args.save), report, teacher, dense_net)
-    return report
+    return report, net
 
 
 def save(out: Path, report: dict, teacher, dense_net) -> None:
@@ -114,127 +126,15 @@ def save(out: Path, report: dict, teacher, dense_net) -> None:
     cli.write_text_atomic(out / "report.json", cli.to_json(report))
 
 
-def _teacher_line(t: dict) -> str:
-    layers = f" L={t['L']}" if t["L"] > 1 else ""
-    return (f"hyperteacher  I={t['I']} H={t['H']} O={t['O']} M={t['M']} K={t['K']}{layers}  "
-            f"weights={t['weights']} encoding={t['encoding']} seed={t['seed']}  "
-            f"({t['n_supports']:,} supports)")
-
-
-def _shallow_lines(r: dict) -> list[str]:
-    c, u = r["constants"], r["hidden_units"]
-    carry = "M" if r["variant"] == "theorem" else "H"
-    other = "lean" if r["variant"] == "theorem" else "theorem"
-    C_how = "√K·2σ, a-priori" if c["kind"] == "apriori" else "exact sup over Z_K"
-    return [
-        f"constants     C = {c['C']:.4f} ({C_how})   a = max_o Σ_h|A_ho| = {c['a']:.4f}",
-        f"ε             {r['eps']:.3e}",
-        f"N             {r['N']:,} = ⌈√(I·C·a/ε)⌉     N·√ε = {r['N_sqrt_eps']:.3f} "
-        f"(→ √(I·C·a) = {r['N_sqrt_eps_limit']:.3f})",
-        f"hidden units  squares 2·I·H·N = {u['squares']:,}",
-        f"              carry {carry:<9} = {u['carry']:,}",
-        f"              layer 2 H       = {u['teacher']:,}",
-        f"              total           = {u['total']:,}   formula {u['formula']} = O(1/√ε + M)",
-        f"              widths          = {tuple(u['widths'])} counted on the {u['counted_from']}",
-        f"              ({other} variant: {r['hidden_units_' + other]:,})",
-        f"certificate   I·C·a/N² = {r['certificate']:.3e}   (float64 rounding ≤ "
-        f"{r['rounding_floor_float64']:.1e})",
-    ]
-
-
-def _summary_value(v) -> str:
-    if isinstance(v, float):
-        return f"{v:.4g}"
-    if isinstance(v, (list, tuple)):
-        shown = ", ".join(_summary_value(x) for x in v[:8])
-        return f"[{shown}, … {len(v)} values]" if len(v) > 8 else f"[{shown}]"
-    return str(v)
-
-
-def run_length(widths) -> str:
-    """(2064, 1040×12, 16): a deep network's widths on one line."""
-    runs: list[list[int]] = []
-    for w in widths:
-        if runs and runs[-1][0] == w:
-            runs[-1][1] += 1
-        else:
-            runs.append([w, 1])
-    return "(" + ", ".join(f"{w}×{n}" if n > 1 else str(w) for w, n in runs) + ")"
-
-
-def _generic_lines(r: dict) -> list[str]:
-    c, u = r["construction"], r["hidden_units"]
-    params = [f"{k}={_summary_value(v)}" for k, v in c.items() if k not in ("name", "task_set")]
-    lines = [f"construction  {c['name']}   certificate holds on: {c['task_set']}"]
-    for s in range(0, len(params), 4):
-        lines.append("              " + "  ".join(params[s:s + 4]))
-    lines.append(f"ε             {r['eps']:.3e}")
-    width = max(len(k) for k in u["terms"])
-    for n, (k, v) in enumerate(u["terms"].items()):
-        lines.append(f"{'hidden units' if n == 0 else '':<14}{k:<{width}} = {v:,}")
-    lines += [f"{'':<14}{'total':<{width}} = {u['total']:,}   formula {u['formula']}",
-              f"{'':<14}{'widths':<{width}} = {run_length(u['widths'])} ({len(u['widths'])} hidden layers) "
-              f"counted on the {u['counted_from']}",
-              f"certificate   {r['certificate']:.3e}   "
-              f"(float64 rounding ≤ {r['rounding_floor_float64']:.1e})"]
-    return lines
-
-
-def _error_stats(s: dict) -> str:
-    return (f"max error {s['max_error']:.2e} (teacher max |g| {s['teacher_max']:.2f}), "
-            f"{100 * s['fraction_above_1e_12']:.3g}% of points off by > 1e-12")
-
-
-def _off_task_set_lines(off: dict | None) -> list[str]:
-    """Where the exact construction stops being exact, one line per probe."""
-    if not off:
-        return []
-    lines = []
-    for name, value in off.items():
-        if isinstance(value, dict) and "max_error" in value:
-            lines.append(f"{name}: {_error_stats(value)}")
-        elif name == "x_off_box":
-            lines += [f"x in [-{radius}, {radius}]^I: {_error_stats(s)}" for radius, s in value.items()]
-        elif isinstance(value, dict) and "sup_error" in value:
-            lines.append(f"{name}: sup error {value['sup_error']:.2e} (ascent over z on a support)")
-        else:
-            lines.append(f"{name}: {_summary_value(value)}")
-    return [f"{'off task set' if n == 0 else '':<14}{line}" for n, line in enumerate(lines)]
-
-
-def format_report(r: dict) -> str:
-    t, m = r["teacher"], r["measured"]
-    task_line = (f"all {m['n_tasks']:,} supports" if m["tasks_enumerated"]
-                 else f"{m['n_tasks']:,} sampled of {t['n_supports']:,} supports")
-    z_where = ", ".join(f"z{k}={v:.3g}" for k, v in zip(m["z_support"], m["z_values"], strict=True))
-    ratio = r["measured_over_certificate"]
-    ratio = f"= {ratio:.3f} × certificate" if ratio is not None else "(certificate 0: exact)"
-    lines = [_teacher_line(t)]
-    lines += _shallow_lines(r) if "N" in r else _generic_lines(r)
-    lines += [
-        f"measured      sup‖f−g‖∞ = {m['sup_error']:.3e}  {ratio}   ({task_line}, "
-        f"{m['n_evaluations']:,} evaluations, {m['seconds']:.1f} s)",
-        f"              worst at {z_where}; stages "
-        + ", ".join(f"{k} {v:.2e}" for k, v in m["by_stage"].items()),
-    ]
-    if "level_tasks" in r:
-        lt = r["level_tasks"]
-        which = f"all {lt['of']:,}" if lt["enumerated"] else f"{lt['n_tasks']:,} sampled of {lt['of']:,}"
-        lines.append(f"level tasks   max error {lt['max_error']:.3e} over {which} tasks (supports × weight "
-                     f"levels, {lt['seconds']:.1f} s)")
-    lines += _off_task_set_lines(r.get("off_task_set"))
-    if r["dense_vs_structured_max_abs"] is not None:
-        lines.append(f"dense check   max|dense − structured| = {r['dense_vs_structured_max_abs']:.1e}")
-    lines += [f"{'PASS' if ok else 'FAIL'}          {name}" for name, ok in r["checks"].items()]
-    lines.append(f"verdict       {'PASS' if r['passed'] else 'FAIL'}  ({r['seconds']:.1f} s, "
-                 f"peak memory {r['peak_memory_gib']:.2f} GiB)")
-    return "\n".join(lines)
-
-
 def work(args) -> int:
     cli.set_threads(args.threads, cli.default_threads(args.I * args.H >= THREADS_PAY_PRODUCTS))
-    report = run(args)
-    cli.emit(cli.to_json(report) if args.json else format_report(report))
+    report, net = run(args)
+    if args.json:
+        cli.emit(cli.to_json(report))
+    else:
+        from verify.report import format_report
+
+        cli.emit(format_report(report, net.report_lines(report)))
     return cli.EXIT_OK if report["passed"] else cli.EXIT_VIOLATED
 
 

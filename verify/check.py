@@ -12,18 +12,17 @@ import time
 import numpy as np
 import torch
 
+from constructions.base import BYTES_PER_FLOAT64, Claim, Construction, count_hidden_units
 from constructions.hyperteacher import HyperteacherConfig, sample_hyperteacher
 from constructions.multilayer import sample_multilayer_hyperteacher
 from constructions.registry import build
-from constructions.shallow import BYTES_PER_FLOAT64, ShallowConstruction, count_hidden_units
-from theory.bounds import apriori_C_W, hidden_units
 from verify.cli import GIB, UsageError, phase
 from verify.exact_checks import every_level_task, off_task_set_errors
 from verify.measure import measure_sup_error
+from verify.names import MAX_TASKS
 
 DENSE_CHECK_BYTES = 512 * 2**20  # build the dense net for the agreement check up to this size
 AGREEMENT_TOL = 1e-9  # dense vs structured: both float64, same function, rounding only
-EXACT_TOL = 1e-12  # the exact construction's error on its task set: float64 rounding only
 
 
 def _proc_kib_field(path: str, key: str) -> int | None:
@@ -73,7 +72,7 @@ SMALLER_TEACHER = "use a smaller --M, --I or --H (or fewer --max-tasks)"
 SMALLER_NETWORK = "use a larger --eps or a smaller --M, --I or --H"
 
 
-def dense_agreement(net: ShallowConstruction, dense: torch.nn.Module, teacher, seed: int) -> float:
+def dense_agreement(net: Construction, dense: torch.nn.Module, teacher, seed: int) -> float:
     """Max |dense − structured| on random inputs from the task set and off it."""
     rng = np.random.default_rng(seed + 1)
     z = rng.uniform(0.0, 1.0, size=(256, net.M)) * (rng.random((256, net.M)) < net.K / net.M)
@@ -103,7 +102,7 @@ def verify_point(cfg: HyperteacherConfig, eps: float, variant: str = "theorem",
     """
     start = time.perf_counter()
     measure = dict(measure or {})
-    tasks = min(measure.get("max_tasks", 20_000), math.comb(cfg.M, cfg.K) * cfg.K)
+    tasks = min(measure.get("max_tasks", MAX_TASKS), math.comb(cfg.M, cfg.K) * cfg.K)
     check_memory(layers * structured_bytes(cfg, tasks), "the teacher and the structured evaluator",
                  SMALLER_TEACHER)
     with phase("teacher and network", progress):
@@ -116,14 +115,12 @@ def verify_point(cfg: HyperteacherConfig, eps: float, variant: str = "theorem",
     if dense:
         check_memory(net.dense_bytes() + 3 * 8192 * max(units.widths) * BYTES_PER_FLOAT64,
                      "--dense (the dense network and a batch of its activations)", SMALLER_NETWORK)
-    floor = net.rounding_floor(dense=dense)
-    cert = net.certificate()
-    exact = net.task_set == "levels"
-    if not exact and cert <= 10 * floor:
+    claim = net.claim(eps, dense=dense)
+    if not claim.resolvable:
         hint = " (or --constants instance, or fewer --layers)" if layers > 1 else ""
         raise UsageError(f"ε={eps:g} is below what float64 can verify here: the worst-case "
-                         f"rounding error {floor:.1e} of this {units.total:,}-unit network exceeds a "
-                         f"tenth of the certificate {cert:.1e}; use a larger --eps{hint}")
+                         f"rounding error {claim.floor:.1e} of this {units.total:,}-unit network exceeds a "
+                         f"tenth of the certificate {claim.certificate:.1e}; use a larger --eps{hint}")
     if build_dense is None:
         build_dense = net.dense_bytes() <= DENSE_CHECK_BYTES
     elif build_dense:
@@ -136,23 +133,13 @@ def verify_point(cfg: HyperteacherConfig, eps: float, variant: str = "theorem",
     agreement = dense_agreement(net, dense_net, teacher, cfg.seed) if dense_net is not None else None
 
     measure.setdefault("seed", cfg.seed)
-    if exact:  # its guarantee covers the family's own weight levels, not all of [0, 1]
-        measure["refine_z"] = False
-    measured = measure_sup_error(dense_net if dense else net, teacher, progress=progress, **measure)
-    if exact:
-        with phase("every level task", progress):
-            level_tasks = every_level_task(net, dense_net if dense else net, teacher, measure, cfg.seed)
-        worst = max(measured.sup_error, level_tasks["max_error"])
-        checks = {"certificate <= eps": cert <= eps, f"measured <= {EXACT_TOL:g} (exact)": worst <= EXACT_TOL}
-    else:
-        checks = {
-            "certificate <= eps": cert <= eps,
-            # Rounding can push an exact-math tie a hair over: allow the float64 worst case.
-            "measured <= certificate": measured.sup_error <= cert + floor,
-        }
-    checks["count = formula"] = sum(widths) == units.total and tuple(widths) == tuple(units.widths)
+    measured, worst, level_tasks = measure_claim(claim, net, dense_net if dense else net, teacher, measure,
+                                                 cfg.seed, progress)
+    checks = claim.checks(worst)
+    checks["count = formula"] = net.count_matches(widths)
     if agreement is not None:
         checks["dense = structured"] = agreement <= AGREEMENT_TOL
+    cert = claim.certificate
     report = {
         "teacher": dict(I=cfg.I, H=cfg.H, O=cfg.O, M=cfg.M, K=cfg.K, L=layers, weights=cfg.weights,
                         encoding=cfg.encoding, seed=cfg.seed, n_supports=teacher.n_supports()),
@@ -163,28 +150,34 @@ def verify_point(cfg: HyperteacherConfig, eps: float, variant: str = "theorem",
                              formula=net.count_formula(),
                              counted_from="nn.Sequential" if dense_net is not None else "structured"),
         "certificate": cert,
-        "rounding_floor_float64": floor,
+        "rounding_floor_float64": claim.floor,
         "measured": measured.to_dict() | dict(
             network="dense nn.Sequential" if dense else "structured evaluator"),
         "measured_over_certificate": measured.sup_error / cert if cert > 0 else None,
         "dense_vs_structured_max_abs": agreement,
         "checks": checks,
     }
-    if isinstance(net, ShallowConstruction):
-        other = "lean" if variant == "theorem" else "theorem"
-        report |= {
-            "constants": dict(kind=net.constants, C=net.C, a=net.a, C_W_apriori=apriori_C_W(cfg.I),
-                              C_W_instance=float(np.abs(teacher.W).max())),
-            "N": net.N,
-            "N_sqrt_eps": net.N * math.sqrt(eps),
-            "N_sqrt_eps_limit": math.sqrt(cfg.I * net.C * net.a),
-            "hidden_units_" + other: hidden_units(cfg.I, cfg.H, cfg.M, net.N, other).total,
-        }
-        report["hidden_units"] |= dict(squares=units.squares, carry=units.carry, teacher=units.teacher)
-    if exact:
+    for key, value in net.report_fields(teacher, eps).items():
+        report[key] = report[key] | value if key in report else value
+    if level_tasks is not None:
         report["level_tasks"] = level_tasks
         with phase("off the task set", progress):
             report["off_task_set"] = off_task_set_errors(net, teacher, np.random.default_rng(cfg.seed + 2))
     report |= {"passed": all(checks.values()), "seconds": time.perf_counter() - start,
                "peak_memory_gib": (peak_memory_bytes() or 0) / GIB}
     return report, teacher, net, dense_net
+
+
+def measure_claim(claim: Claim, net: Construction, f, teacher, measure: dict, seed: int,
+                  progress: bool | None = None):
+    """(sup-error estimate, worst error seen, level-task errors or None) of f, the construction
+    or its dense network, measured where its claim holds: over Z_K, or for an exact claim on
+    the family's weight levels only, and then on every level task as well."""
+    if not claim.refine_z:  # an exact claim covers the family's own weight levels, not all of [0, 1]
+        measure = measure | dict(refine_z=False)
+    measured = measure_sup_error(f, teacher, progress=progress, **measure)
+    if not claim.exact:
+        return measured, measured.sup_error, None
+    with phase("every level task", progress):
+        level_tasks = every_level_task(net, f, teacher, measure, seed)
+    return measured, max(measured.sup_error, level_tasks["max_error"]), level_tasks

@@ -14,6 +14,7 @@ from constructions.exact import ExactConstruction, enumerate_level_tasks, task_p
 from constructions.hyperteacher import Hyperteacher, dense_latents, sample_inputs, support_weights
 from theory.exact import n_level_tasks
 from verify.measure import measure_sup_error, pointwise_error
+from verify.names import MAX_TASKS
 
 
 def exact_task_errors(net: ExactConstruction, teacher: Hyperteacher, z_tasks: np.ndarray,
@@ -99,7 +100,7 @@ def every_level_task(net, f, teacher, measure: dict, seed: int) -> dict:
     level assignment per support only."""
     start = time.perf_counter()
     rng = np.random.default_rng(seed + 3)
-    max_tasks = measure.get("max_tasks", 20_000)
+    max_tasks = measure.get("max_tasks", MAX_TASKS)
     total = n_level_tasks(net.M, net.K, len(teacher.weight_values))
     z = enumerate_level_tasks(net.M, net.K, teacher.weight_values, max_tasks, rng)
     errors = exact_task_errors(net, teacher, z, measure.get("points_per_task", 16), rng, f=f)

@@ -30,6 +30,7 @@ from constructions.hyperteacher import (
     support_weights,
 )
 from verify.cli import progress as progress_bar
+from verify.names import MAX_TASKS
 
 
 @dataclass
@@ -84,7 +85,7 @@ def _chunked_error(f, teacher, z, x, batch_rows, encode=None):
                           for s in range(0, len(x), batch_rows)])
 
 
-def measure_sup_error(f, teacher: Hyperteacher, *, encode=None, supports=None, max_tasks: int = 20_000,
+def measure_sup_error(f, teacher: Hyperteacher, *, encode=None, supports=None, max_tasks: int = MAX_TASKS,
                       points_per_task: int = 16, refine_tasks: int = 32, refine_starts: int = 16,
                       refine_steps: int = 100, refine_z: bool = True, grid_points: int | None = None,
                       seed: int = 0, batch_rows: int = 8192,

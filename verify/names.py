@@ -1,4 +1,4 @@
-"""Names the verify CLIs offer, importable without torch (so `--help` answers at once)."""
+"""Names and defaults the verify CLIs offer, importable without torch (so `--help` answers at once)."""
 
 # Hidden-layer shapes of an SGD student: the construction's widths, two (or four) equal
 # layers with the same number of units, or widths given with --widths.
@@ -9,3 +9,6 @@ STUDENTS = ("mlp", "transformer", "hypernetwork")
 INITS = ("lecun_normal", "torch_default")
 # Which parameters AdamW decays: the paper's mask (matrices only) or every one.
 DECAYS = ("matrices", "all")
+# How many tasks the measurer takes by default: every support up to this many, else a
+# sample of this many (verify.measure, verify.bound --max-tasks, the exact level tasks).
+MAX_TASKS = 20_000

@@ -225,7 +225,7 @@ def run_sweep(sc: SweepConfig, measure: dict | None = None, progress: bool | Non
             net = build_construction(teacher, eps, variant=variant, constants=sc.constants)
             widths = net.counted_widths()
             units = hidden_units(sc.I, sc.H, M, net.N, variant)
-            if sum(widths) != units.total:
+            if not net.count_matches(widths):
                 report["passed"] = False
             rows.append(dict(
                 eps=eps, M=M, K=K, seed=seed, variant=variant, I=sc.I, H=sc.H, O=sc.O,

@@ -1,0 +1,66 @@
+"""The text report of `python -m verify.bound`, from verify_point's JSON report: the teacher,
+the construction's own lines (Construction.report_lines), the measurement, the checks."""
+
+from __future__ import annotations
+
+from constructions.base import summary_value
+
+
+def _teacher_line(t: dict) -> str:
+    layers = f" L={t['L']}" if t["L"] > 1 else ""
+    return (f"hyperteacher  I={t['I']} H={t['H']} O={t['O']} M={t['M']} K={t['K']}{layers}  "
+            f"weights={t['weights']} encoding={t['encoding']} seed={t['seed']}  "
+            f"({t['n_supports']:,} supports)")
+
+
+def _error_stats(s: dict) -> str:
+    return (f"max error {s['max_error']:.2e} (teacher max |g| {s['teacher_max']:.2f}), "
+            f"{100 * s['fraction_above_1e_12']:.3g}% of points off by > 1e-12")
+
+
+def _off_task_set_lines(off: dict | None) -> list[str]:
+    """Where the exact construction stops being exact, one line per probe."""
+    if not off:
+        return []
+    lines = []
+    for name, value in off.items():
+        if isinstance(value, dict) and "max_error" in value:
+            lines.append(f"{name}: {_error_stats(value)}")
+        elif name == "x_off_box":
+            lines += [f"x in [-{radius}, {radius}]^I: {_error_stats(s)}" for radius, s in value.items()]
+        elif isinstance(value, dict) and "sup_error" in value:
+            lines.append(f"{name}: sup error {value['sup_error']:.2e} (ascent over z on a support)")
+        else:
+            lines.append(f"{name}: {summary_value(value)}")
+    return [f"{'off task set' if n == 0 else '':<14}{line}" for n, line in enumerate(lines)]
+
+
+def format_report(r: dict, construction_lines: list[str]) -> str:
+    """The text report of verify_point's JSON report; `construction_lines` are the
+    construction's own part of it (Construction.report_lines)."""
+    t, m = r["teacher"], r["measured"]
+    task_line = (f"all {m['n_tasks']:,} supports" if m["tasks_enumerated"]
+                 else f"{m['n_tasks']:,} sampled of {t['n_supports']:,} supports")
+    z_where = ", ".join(f"z{k}={v:.3g}" for k, v in zip(m["z_support"], m["z_values"], strict=True))
+    ratio = r["measured_over_certificate"]
+    ratio = f"= {ratio:.3f} × certificate" if ratio is not None else "(certificate 0: exact)"
+    lines = [_teacher_line(t)]
+    lines += construction_lines
+    lines += [
+        f"measured      sup‖f−g‖∞ = {m['sup_error']:.3e}  {ratio}   ({task_line}, "
+        f"{m['n_evaluations']:,} evaluations, {m['seconds']:.1f} s)",
+        f"              worst at {z_where}; stages "
+        + ", ".join(f"{k} {v:.2e}" for k, v in m["by_stage"].items()),
+    ]
+    if "level_tasks" in r:
+        lt = r["level_tasks"]
+        which = f"all {lt['of']:,}" if lt["enumerated"] else f"{lt['n_tasks']:,} sampled of {lt['of']:,}"
+        lines.append(f"level tasks   max error {lt['max_error']:.3e} over {which} tasks (supports × weight "
+                     f"levels, {lt['seconds']:.1f} s)")
+    lines += _off_task_set_lines(r.get("off_task_set"))
+    if r["dense_vs_structured_max_abs"] is not None:
+        lines.append(f"dense check   max|dense − structured| = {r['dense_vs_structured_max_abs']:.1e}")
+    lines += [f"{'PASS' if ok else 'FAIL'}          {name}" for name, ok in r["checks"].items()]
+    lines.append(f"verdict       {'PASS' if r['passed'] else 'FAIL'}  ({r['seconds']:.1f} s, "
+                 f"peak memory {r['peak_memory_gib']:.2f} GiB)")
+    return "\n".join(lines)
