@@ -3,7 +3,11 @@
 (a) scaling-data: held-out R² against the number of training tasks, one line per (M, K);
 (b) scaling-model: held-out R² against MLP width, one line per task encoding, with the
 paper's number for each encoding as a dashed mark at the right;
-(c) task-support: held-out R² per support kind, beside the paper's stated effect.
+(c) task-support: held-out R² per support kind, beside the paper's stated effect;
+(d) scaling-law: held-out R² against the number of training tasks, MLP against transformer;
+(e) size-matched: SGD's held-out sup error ÷ the construction's at equal hidden units,
+against the construction's ε, one line per MLP shape;
+(f) convergence: every row's training R² against the 0.99 the studies require.
 Each point is the mean over seeds (bars: ± sd). A panel reads its study's `cpu` store;
 when that holds no finished run it falls back to the `smoke` store (running the smoke
 study, seconds, if that is empty too) and says so in its title: smoke runs train for 20
@@ -15,12 +19,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from paper_figures.common import COLOURS, MARKERS, FigureResult, finish, new_figure, plot_series, select
-from verify.effects import PAPER_ENCODING_R2, PAPER_SUPPORT_EFFECTS, effects_table
+from verify.effects import CONVERGED_R2, PAPER_ENCODING_R2, PAPER_SUPPORT_EFFECTS, effects_table
 from verify.store import RunStore
 from verify.study import default_out, expand, run_study
 
 NAME = "fig9_studies"
-STUDIES = ("scaling-data", "scaling-model", "task-support")
+STUDIES = ("scaling-data", "scaling-model", "task-support", "scaling-law", "size-matched")
 
 
 def has_results(out: Path) -> bool:
@@ -44,22 +48,35 @@ def table(study: str, quick: bool, progress: bool | None) -> dict:
 def compute(quick: bool, progress: bool | None) -> tuple[list[dict], dict]:
     tables = {s: table(s, quick, progress) for s in STUDIES}
     rows = []
-    for panel, study in zip("abc", STUDIES, strict=True):
+    for panel, study in zip("abcde", STUDIES, strict=True):
         t = tables[study]
-        found = [r for r in t["rows"] if r["held_out_r2_mean"] is not None]
+        metric = "sup_ratio" if study == "size-matched" else "held_out_r2"
+        found = [r for r in t["rows"] if r[f"{metric}_mean"] is not None]
         for i, r in enumerate(sorted(found, key=lambda r: str(r.get("split", "")))):
             if study == "scaling-data":
                 series = " ".join(f"{k}={r[k]}" for k in ("M", "K") if k in r) or "every run"
                 x = r["n_train"]
             elif study == "scaling-model":
                 series, x = r.get("encoding", "identity"), (r.get("widths") or (0,))[0]
+            elif study == "scaling-law":
+                series = " ".join([r.get("student") or r["network"],
+                                   *(f"{k}={r[k]}" for k in ("M", "K") if k in r)])
+                x = r["n_train"]
+            elif study == "size-matched":  # ε is in the row only when the grid varies it
+                series, x = r["network"], r.get("eps") or expand(study, t["scale"])[1][0].config["eps"]
             else:  # one point per support kind, at its index; the kind is in the row
                 series, x = "support kinds", i
             rows.append(dict(panel=panel, study=study, scale=t["scale"], series=series, x=x,
-                             y=r["held_out_r2_mean"], sd=r["held_out_r2_sd"], runs=r["runs"],
+                             y=r[f"{metric}_mean"], sd=r[f"{metric}_sd"], runs=r["runs"],
                              split=r.get("split"), train_r2=r["train_r2_mean"], converged=r["converged"],
                              paper=r.get("paper_held_out_r2") or r.get("paper_effect"),
                              effect_vs_random=r.get("effect_vs_random"), agrees=r.get("agrees")))
+    for j, study in enumerate(STUDIES):  # (f): each study's rows at its index, jittered apart
+        trained = [r for r in tables[study]["rows"] if r["train_r2_mean"] is not None]
+        for k, r in enumerate(trained):
+            rows.append(dict(panel="f", study=study, scale=tables[study]["scale"], series=study,
+                             x=j + 0.6 * (k + 0.5) / len(trained) - 0.3, y=r["train_r2_mean"],
+                             sd=r["train_r2_sd"], runs=r["runs"], converged=r["converged"]))
     for enc in sorted({r["series"] for r in rows if r["panel"] == "b"} & set(PAPER_ENCODING_R2)):
         widest = max(r["x"] for r in rows if r["panel"] == "b" and r["series"] == enc)
         rows += [dict(panel="b", study="scaling-model", scale="paper", series=f"paper {enc}", x=widest * f,
@@ -78,23 +95,24 @@ def _title(text: str, study: str, meta: dict) -> str:
 
 
 def plot(rows: list[dict], meta: dict):
-    fig, axes = new_figure(1, 3, figsize=(15.0, 5.0))
-    ax, bx, cx = axes[0]
-    for axis, panel in ((ax, "a"), (bx, "b"), (cx, "c")):
+    fig, axes = new_figure(2, 3, figsize=(15.0, 9.5))
+    (ax, bx, cx), (dx, ex, fx) = axes
+    for axis, panel in ((ax, "a"), (bx, "b"), (cx, "c"), (dx, "d"), (ex, "e"), (fx, "f")):
         measured = sorted({r["series"] for r in rows
                            if r["panel"] == panel and not r["series"].startswith("paper")})
         for i, name in enumerate(measured):
             colour, marker = COLOURS[i % len(COLOURS)], MARKERS[i % len(MARKERS)]
             pts = select(rows, name, panel)
             plot_series(axis, rows, name, panel, color=colour, marker=marker, ms=6, lw=1.3,
-                        ls="-" if panel != "c" else "none", label=name)
+                        ls="none" if panel in "cf" else "-", label=name)
             axis.vlines([r["x"] for r in pts], [r["y"] - (r["sd"] or 0) for r in pts],
                         [r["y"] + (r["sd"] or 0) for r in pts], color=colour, lw=1)
             if f"paper {name}" in {r["series"] for r in rows}:
                 plot_series(axis, rows, f"paper {name}", panel, color=colour, ls="--", lw=2)
         axis.grid(True, alpha=0.3)
-    ax.legend(fontsize=7.5, loc="lower right")
-    bx.legend(fontsize=7.5, loc="lower left")
+    for axis, where in ((ax, "lower right"), (bx, "lower left"), (dx, "lower left"), (ex, "best"),
+                        (fx, "lower left")):
+        axis.legend(fontsize=7.5, loc=where)
     ax.set(xlabel="training tasks (supports)", ylabel="held-out R²",
            title=_title("(a) scaling-data", "scaling-data", meta))
     bx.set(xscale="log", xlabel="MLP width (dashed: the paper's R², 4×1024, 300k steps)",
@@ -108,6 +126,15 @@ def plot(rows: list[dict], meta: dict):
             cx.annotate(f"paper: {said}\nhere: {r['effect_vs_random'] or '—'}", (r["x"], r["y"]),
                         xytext=(0, 6), textcoords="offset points", ha="center", va="bottom", fontsize=6.5)
     cx.set(ylabel="held-out R²", title=_title("(c) task-support", "task-support", meta))
+    dx.set(xscale="log", xlabel="training tasks (supports)", ylabel="held-out R²",
+           title=_title("(d) scaling-law: MLP against transformer", "scaling-law", meta))
+    ex.set(xscale="log", yscale="log", xlabel="ε of the construction (sets the hidden units)",
+           ylabel="SGD held-out sup error ÷ construction's",
+           title=_title("(e) size-matched", "size-matched", meta))
+    ex.axhline(1.0, color="k", lw=0.8, ls=":")
+    fx.axhline(CONVERGED_R2, color="k", lw=0.8, ls=":")
+    fx.set_xticks(range(len(STUDIES)), [s.replace("-", "-\n") for s in STUDIES], fontsize=7)
+    fx.set(ylabel="training R² (dotted: converged)", title="(f) convergence: every row's training R²")
     fig.suptitle("The paper's sweeps as studies: held-out R² (the official estimator), mean ± sd over seeds",
                  fontsize=10)
     return fig
