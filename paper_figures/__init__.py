@@ -12,7 +12,8 @@ fig7_probe_vs_r2            linear-probe R² for z vs held-out R², every SGD ru
 fig8_constructions_vs_eps   hidden units and depth vs ε for every construction (shallow, exact, deep,
                             optimal), with the memorization baseline
 fig9_studies                the paper's sweeps from the study stores (verify.study): held-out R²
-                            vs training tasks, vs width per encoding, per support kind
+                            vs training tasks, vs width per encoding, per support kind, MLP vs
+                            transformer; SGD ÷ construction sup error at equal units; convergence
 
 This package imports nothing heavy: `python -m paper_figures --help` answers before torch
 or matplotlib is loaded.
