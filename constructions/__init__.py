@@ -1,4 +1,6 @@
-"""Teachers and the networks built from them.
+"""Teachers and the networks built from them. The task family (the hyperteachers, their
+encodings and splits) lives in `constructions.tasks`, which imports nothing else from here:
+it is what the constructions approximate.
 
 The names below are loaded on first use (PEP 562), so `import constructions.names` (what
 the CLIs read before their arguments are parsed) does not import torch.
@@ -9,21 +11,23 @@ from importlib import import_module
 _WHERE = {
     "Claim": "base", "Construction": "base", "count_hidden_units": "base",
     "DeepConstruction": "deep", "build_deep": "deep",
-    "ENCODING_NAMES": "names", "LINEAR_ENCODINGS": "names", "ENCODINGS": "names", "WEIGHTS": "names",
-    "SPLITS": "names", "CONSTRUCTIONS": "names", "REGISTRY": "names",
-    "TaskEncoder": "encodings", "make_encoder": "encodings",
+    "ENCODING_NAMES": "tasks.names", "LINEAR_ENCODINGS": "tasks.names", "ENCODINGS": "tasks.names",
+    "WEIGHTS": "tasks.names", "SPLITS": "tasks.names", "CONSTRUCTIONS": "names", "REGISTRY": "names",
+    "TaskEncoder": "tasks.encodings", "make_encoder": "tasks.encodings",
     "ExactConstruction": "exact", "build_exact": "exact",
-    "Hyperteacher": "hyperteacher", "HyperteacherConfig": "hyperteacher",
-    "dense_latents": "hyperteacher", "enumerate_supports": "hyperteacher", "n_supports": "hyperteacher",
-    "sample_hyperteacher": "hyperteacher", "sample_inputs": "hyperteacher",
-    "sample_supports": "hyperteacher", "support_weights": "hyperteacher",
+    "Hyperteacher": "tasks.hyperteacher", "HyperteacherConfig": "tasks.hyperteacher",
+    "dense_latents": "tasks.hyperteacher", "enumerate_supports": "tasks.hyperteacher",
+    "n_supports": "tasks.hyperteacher", "sample_hyperteacher": "tasks.hyperteacher",
+    "sample_inputs": "tasks.hyperteacher", "sample_supports": "tasks.hyperteacher",
+    "support_weights": "tasks.hyperteacher",
     "build_memorizer": "memorize",
-    "MultiLayerConstruction": "multilayer", "MultiLayerHyperteacher": "multilayer",
+    "MultiLayerConstruction": "multilayer", "MultiLayerHyperteacher": "tasks.multilayer",
+    "sample_multilayer_hyperteacher": "tasks.multilayer",
     "build_multilayer": "multilayer",
     "OptimalConstruction": "optimal", "build_optimal": "optimal",
     "build": "registry",
     "ShallowConstruction": "shallow", "build_construction": "shallow",
-    "TaskSplit": "splits", "make_split": "splits",
+    "TaskSplit": "tasks.splits", "make_split": "tasks.splits",
 }
 __all__ = sorted(_WHERE)
 

@@ -23,7 +23,7 @@ import torch
 from torch import nn
 
 from constructions.base import Construction, construction_constants
-from constructions.hyperteacher import Hyperteacher
+from constructions.tasks.hyperteacher import Hyperteacher
 from theory.bounds import VARIANTS
 from theory.deep import (
     DeepHiddenUnits,

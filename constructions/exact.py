@@ -52,7 +52,7 @@ import torch
 from torch import nn
 
 from constructions.base import Claim, Construction
-from constructions.hyperteacher import (
+from constructions.tasks.hyperteacher import (
     Hyperteacher,
     dense_latents,
     sample_inputs,

@@ -32,7 +32,7 @@ import torch
 from torch import nn
 
 from constructions.base import BYTES_PER_FLOAT64
-from constructions.hyperteacher import Hyperteacher, dense_latents, enumerate_supports
+from constructions.tasks.hyperteacher import Hyperteacher, dense_latents, enumerate_supports
 from theory.bounds import memorization_hidden_units
 
 GiB = 2**30

@@ -27,7 +27,7 @@ import torch
 from torch import nn
 
 from constructions.base import Construction
-from constructions.hyperteacher import Hyperteacher
+from constructions.tasks.hyperteacher import Hyperteacher
 from theory import bounds
 from theory import optimal as theory
 from theory.bounds import square_interpolant, top_k_sum

@@ -13,9 +13,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from constructions.base import count_hidden_units
-from constructions.hyperteacher import HyperteacherConfig, sample_hyperteacher
 from constructions.memorize import build_memorizer
 from constructions.shallow import build_construction
+from constructions.tasks.hyperteacher import HyperteacherConfig, sample_hyperteacher
 from paper_figures.common import COLOURS, FigureResult, finish, new_figure, plot_series
 from theory.bounds import VARIANTS, hidden_units, memorization_hidden_units, n_tasks
 from verify.sweep import fit_slope

@@ -18,8 +18,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from constructions.hyperteacher import HyperteacherConfig, sample_hyperteacher
 from constructions.shallow import build_construction
+from constructions.tasks.hyperteacher import HyperteacherConfig, sample_hyperteacher
 from paper_figures.common import FigureResult, finish, new_figure, plot_series, select
 from verify.measure import measure_sup_error
 

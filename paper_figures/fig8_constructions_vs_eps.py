@@ -17,8 +17,8 @@ import math
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from constructions.hyperteacher import HyperteacherConfig, sample_hyperteacher
 from constructions.registry import CONSTRUCTIONS, REGISTRY, build
+from constructions.tasks.hyperteacher import HyperteacherConfig, sample_hyperteacher
 from paper_figures.common import COLOURS, MARKERS, FigureResult, finish, new_figure, plot_series
 from theory.bounds import memorization_hidden_units
 from verify.cli import progress as progress_bar

@@ -153,7 +153,7 @@ def test_dense_flag_measures_the_nn_sequential(capsys):
 def test_saved_deeper_networks_reload_from_the_reported_widths(capsys, tmp_path, argv):
     """network.pt of any construction is a plain Linear/ReLU stack: the widths in report.json
     rebuild it, and the reloaded network still meets the certificate."""
-    from constructions.multilayer import MultiLayerHyperteacher
+    from constructions.tasks.multilayer import MultiLayerHyperteacher
     from verify.train import mlp
 
     code, _, _ = run_main(capsys, [*SMALL, *argv, "--save", str(tmp_path)])

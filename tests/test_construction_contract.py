@@ -136,8 +136,8 @@ def test_the_registry_is_the_one_list_of_constructions():
 
 
 def test_a_multi_layer_teacher_asks_for_the_blocks_not_for_another_construction():
-    from constructions.hyperteacher import HyperteacherConfig
     from constructions.multilayer import MultiLayerConstruction
+    from constructions.tasks.hyperteacher import HyperteacherConfig
 
     teacher = sample_teacher(HyperteacherConfig(I=2, H=2, O=1, M=3, K=2, seed=0), 2)
     assert isinstance(build("shallow", teacher, 0.1), MultiLayerConstruction)
@@ -165,7 +165,7 @@ class Miscounted(ShallowConstruction):
 def test_the_contract_catches_a_wrong_construction(wrong, broken):
     """On the one-module instance the theorem's bound is nearly reached (see
     test_construction), so a certificate 4× too small is caught by the measurement."""
-    from constructions.hyperteacher import HyperteacherConfig
+    from constructions.tasks.hyperteacher import HyperteacherConfig
 
     teacher = sample_teacher(HyperteacherConfig(I=1, H=1, O=1, M=1, K=1, weights="continuous", seed=0))
     net = build_construction(teacher, 1e-2)

@@ -22,7 +22,7 @@ from constructions import (
     sample_supports,
     support_weights,
 )
-from constructions.encodings import TOKEN_PAD_INDEX, TOKEN_PAD_WEIGHT
+from constructions.tasks.encodings import TOKEN_PAD_INDEX, TOKEN_PAD_WEIGHT
 from tests.strategies import small_configs
 
 TEACHER = sample_hyperteacher(HyperteacherConfig(I=4, H=6, O=3, M=7, K=3, seed=3))

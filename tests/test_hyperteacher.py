@@ -18,7 +18,7 @@ from constructions import (
     sample_supports,
     support_weights,
 )
-from constructions.hyperteacher import DISCRETE_LEVELS
+from constructions.tasks.hyperteacher import DISCRETE_LEVELS
 from tests.strategies import small_configs
 from theory.bounds import init_std
 

@@ -12,13 +12,9 @@ from hypothesis import strategies as st
 
 from constructions import HyperteacherConfig, build_construction, sample_hyperteacher
 from constructions.base import count_hidden_units
-from constructions.hyperteacher import dense_latents, enumerate_supports
-from constructions.multilayer import (
-    MultiLayerConstruction,
-    MultiLayerHyperteacher,
-    build_multilayer,
-    sample_multilayer_hyperteacher,
-)
+from constructions.multilayer import MultiLayerConstruction, build_multilayer
+from constructions.tasks.hyperteacher import dense_latents, enumerate_supports
+from constructions.tasks.multilayer import MultiLayerHyperteacher, sample_multilayer_hyperteacher
 from tests.strategies import small_configs
 from theory import multilayer as theory
 from verify.measure import measure_sup_error

@@ -519,7 +519,7 @@ def test_a_run_resumed_from_its_checkpoint_ends_as_an_uninterrupted_one(teacher,
     """Training is stopped during step 8 of 12 (the checkpoint every 3 steps holds step 6),
     then started again from a different init: same parameters, same loss curve, bit for
     bit. The fewshot encoder's own random stream is part of the checkpoint too."""
-    from constructions.encodings import make_encoder
+    from constructions.tasks.encodings import make_encoder
     from verify import train
 
     supports = enumerate_supports(5, 2)

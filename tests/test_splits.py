@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from constructions import SPLITS, enumerate_supports, make_split, n_supports
 from constructions.names import SPLIT_ALIASES
-from constructions.splits import cooccurrence_connected, covers_all_modules, module_counts
+from constructions.tasks.splits import cooccurrence_connected, covers_all_modules, module_counts
 
 OFFICIAL = ("random", "equal", "pseudo_random_disconnected", "non_compositional", "popular_modules",
             "unpopular_modules")

@@ -56,8 +56,8 @@ def forward_speed(M: int, eps: float, batch: int, repeats: int) -> dict:
     import numpy as np
     import torch
 
-    from constructions.hyperteacher import HyperteacherConfig, sample_hyperteacher
     from constructions.shallow import build_construction
+    from constructions.tasks.hyperteacher import HyperteacherConfig, sample_hyperteacher
 
     teacher = sample_hyperteacher(HyperteacherConfig(M=M))
     net = build_construction(teacher, eps)
@@ -80,8 +80,8 @@ def forward_speed(M: int, eps: float, batch: int, repeats: int) -> dict:
 
 
 def shallow_units(M: int, eps: float) -> int:
-    from constructions.hyperteacher import HyperteacherConfig, sample_hyperteacher
     from constructions.shallow import build_construction
+    from constructions.tasks.hyperteacher import HyperteacherConfig, sample_hyperteacher
 
     return build_construction(sample_hyperteacher(HyperteacherConfig(M=M)), eps).hidden_units().total
 
@@ -106,7 +106,7 @@ def training_speed(widths: list[int], steps: int, repeats: int) -> dict:
     batch, and the model's FLOP/s against a plain GEMM's measured in the same run."""
     import torch
 
-    from constructions.hyperteacher import HyperteacherConfig, enumerate_supports, sample_hyperteacher
+    from constructions.tasks.hyperteacher import HyperteacherConfig, enumerate_supports, sample_hyperteacher
     from verify.train import BatchMaker, mlp, step_macs, train_step
 
     teacher = sample_hyperteacher(HyperteacherConfig(I=16, H=16, O=16, M=16, K=3))

@@ -98,7 +98,7 @@ def parse_args(argv) -> object:
 
 def run(args) -> tuple[dict, object]:
     """(the report, the construction it is about)."""
-    from constructions.hyperteacher import HyperteacherConfig
+    from constructions.tasks.hyperteacher import HyperteacherConfig
     from verify.check import verify_point
 
     cfg = HyperteacherConfig(I=args.I, H=args.H, O=args.O, M=args.M, K=args.K,

@@ -13,9 +13,9 @@ import numpy as np
 import torch
 
 from constructions.base import BYTES_PER_FLOAT64, Claim, Construction, count_hidden_units
-from constructions.hyperteacher import HyperteacherConfig, sample_hyperteacher
-from constructions.multilayer import sample_multilayer_hyperteacher
 from constructions.registry import build
+from constructions.tasks.hyperteacher import HyperteacherConfig, sample_hyperteacher
+from constructions.tasks.multilayer import sample_multilayer_hyperteacher
 from verify.cli import GIB, UsageError, phase
 from verify.exact_checks import every_level_task, off_task_set_errors
 from verify.measure import measure_sup_error

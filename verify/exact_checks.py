@@ -11,7 +11,7 @@ import numpy as np
 import torch
 
 from constructions.exact import ExactConstruction, enumerate_level_tasks, task_points
-from constructions.hyperteacher import Hyperteacher, dense_latents, sample_inputs, support_weights
+from constructions.tasks.hyperteacher import Hyperteacher, dense_latents, sample_inputs, support_weights
 from theory.exact import n_level_tasks
 from verify.measure import measure_sup_error, pointwise_error
 from verify.names import MAX_TASKS

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from constructions.hyperteacher import (
+from constructions.tasks.hyperteacher import (
     Hyperteacher,
     dense_latents,
     enumerate_supports,

@@ -22,7 +22,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from constructions.hyperteacher import Hyperteacher, dense_latents, sample_inputs, support_weights
+from constructions.tasks.hyperteacher import Hyperteacher, dense_latents, sample_inputs, support_weights
 
 # A (task, output) pair whose target barely varies over x (an output whose ReLUs are all
 # off for that task, say) has no meaningful R²: 1 − MSE/Var would divide by ~0.

@@ -240,7 +240,7 @@ def evaluate(name, f, teacher, encode, sides, seed, probe_net=None) -> dict:
 
 def split_of(args):
     """The split, with any refusal of make_split worded in this CLI's flags."""
-    from constructions.splits import make_split
+    from constructions.tasks.splits import make_split
 
     try:
         return make_split(args.split, args.M, args.K, seed=args.seed, held_out_fraction=args.held_out)
@@ -294,9 +294,9 @@ def build_students(args, in_dim: int, E: int, teacher, widths_c) -> dict:
 def run(args) -> dict:
     import numpy as np
 
-    from constructions.encodings import make_encoder
-    from constructions.hyperteacher import HyperteacherConfig, sample_hyperteacher
     from constructions.shallow import build_construction
+    from constructions.tasks.encodings import make_encoder
+    from constructions.tasks.hyperteacher import HyperteacherConfig, sample_hyperteacher
     from verify.metrics import encoding_dim, random_supports, sample_eval_tasks
     from verify.students import parameter_count
     from verify.train import CheckpointMismatch, TrainConfig, step_macs, train_student

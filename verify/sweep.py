@@ -187,7 +187,7 @@ def grid_points(sc: SweepConfig) -> list[tuple[float, int, int, int]]:
 
 
 def _config(sc: SweepConfig, M: int, K: int, seed: int):
-    from constructions.hyperteacher import HyperteacherConfig
+    from constructions.tasks.hyperteacher import HyperteacherConfig
 
     return HyperteacherConfig(I=sc.I, H=sc.H, O=sc.O, M=M, K=K, weights=sc.weights, seed=seed)
 

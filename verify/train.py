@@ -20,7 +20,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from constructions.hyperteacher import Hyperteacher
+from constructions.tasks.hyperteacher import Hyperteacher
 from verify.cli import atomic_path
 from verify.cli import progress as progress_bar
 from verify.metrics import apply_tasks, encoding_dim

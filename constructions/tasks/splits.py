@@ -53,8 +53,8 @@ import numpy as np
 from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import connected_components
 
-from constructions.hyperteacher import enumerate_supports
-from constructions.names import SPLIT_ALIASES, SPLITS
+from constructions.tasks.hyperteacher import enumerate_supports
+from constructions.tasks.names import SPLIT_ALIASES, SPLITS
 
 
 @dataclass(frozen=True, eq=False)  # eq=False: field-wise == on arrays has no truth value
