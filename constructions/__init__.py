@@ -26,7 +26,7 @@ _WHERE = {
     "build_multilayer": "multilayer",
     "OptimalConstruction": "optimal", "build_optimal": "optimal",
     "build": "registry",
-    "ShallowConstruction": "shallow", "build_construction": "shallow",
+    "ShallowConstruction": "shallow", "build_shallow": "shallow", "build_construction": "shallow",
     "TaskSplit": "tasks.splits", "make_split": "tasks.splits",
 }
 __all__ = sorted(_WHERE)

@@ -19,10 +19,10 @@ from constructions.exact import build_exact
 from constructions.multilayer import build_multilayer
 from constructions.names import CONSTRUCTIONS, REGISTRY, Entry  # noqa: F401
 from constructions.optimal import build_optimal
-from constructions.shallow import build_construction
+from constructions.shallow import build_shallow
 
 # Every builder takes (teacher, eps, variant=..., constants=...) and returns a Construction.
-BUILDERS = {"shallow": build_construction, "exact": build_exact, "deep": build_deep,
+BUILDERS = {"shallow": build_shallow, "exact": build_exact, "deep": build_deep,
             "optimal": build_optimal, "multilayer": build_multilayer}
 assert tuple(BUILDERS) == tuple(REGISTRY), "constructions/names.py has an entry for every builder"
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from constructions.base import count_hidden_units
 from constructions.memorize import build_memorizer
-from constructions.shallow import build_construction
+from constructions.shallow import build_shallow
 from constructions.tasks.hyperteacher import HyperteacherConfig, sample_hyperteacher
 from paper_figures.common import COLOURS, FigureResult, finish, new_figure, plot_series
 from theory.bounds import VARIANTS, hidden_units, memorization_hidden_units, n_tasks
@@ -49,7 +49,7 @@ def compute(cfg: Config) -> tuple[list[dict], dict]:
     for eps in cfg.eps:
         for variant in VARIANTS:
             series = f"{variant} eps={eps:g}"
-            nets = {M: build_construction(teacher, eps, variant=variant) for M, teacher in teachers.items()}
+            nets = {M: build_shallow(teacher, eps, variant=variant) for M, teacher in teachers.items()}
             sel = [dict(panel="a", series=series, x=M, y=sum(net.counted_widths()), variant=variant, eps=eps,
                         N=net.N, formula=hidden_units(cfg.I, cfg.H, M, net.N, variant).total)
                    for M, net in nets.items()]

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from constructions.shallow import build_construction
+from constructions.shallow import build_shallow
 from constructions.tasks.hyperteacher import HyperteacherConfig, sample_hyperteacher
 from paper_figures.common import FigureResult, finish, new_figure, plot_series, select
 from verify.measure import measure_sup_error
@@ -63,7 +63,7 @@ def error_slice(net, teacher, x_star: np.ndarray, z_star: np.ndarray, o: int, gr
 def compute(cfg: Config, progress: bool | None = None) -> tuple[list[dict], dict]:
     teacher = sample_hyperteacher(HyperteacherConfig(I=cfg.I, H=cfg.H, O=cfg.O, M=cfg.M, K=cfg.K,
                                                      weights=cfg.weights, seed=cfg.seed))
-    net = build_construction(teacher, cfg.eps)
+    net = build_shallow(teacher, cfg.eps)
     cert, floor = net.certificate(), net.rounding_floor()
     est = measure_sup_error(net, teacher, points_per_task=cfg.points_per_task,
                             refine_steps=cfg.refine_steps, grid_points=cfg.measure_grid, seed=cfg.seed,

@@ -10,7 +10,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from constructions import HyperteacherConfig, build_construction, sample_hyperteacher
+from constructions import HyperteacherConfig, build_shallow, sample_hyperteacher
 from constructions.base import count_hidden_units
 from tests.strategies import FAST, log_eps, small_configs
 from theory.bounds import instance_C
@@ -30,7 +30,7 @@ def random_inputs(teacher, n, seed, spread=1.0):
 def test_theorem_holds_on_random_instances(cfg, log_eps, variant, constants):
     eps = 10.0**log_eps
     teacher = sample_hyperteacher(cfg)
-    net = build_construction(teacher, eps, variant=variant, constants=constants)
+    net = build_shallow(teacher, eps, variant=variant, constants=constants)
     dense = net.to_sequential()
 
     # Size: the Linear layers of the built MLP have the formula's widths.
@@ -74,7 +74,7 @@ def test_certificate_is_reached_on_the_tiny_instance(seed, eps):
     (x, z) puts u on a segment midpoint and v on a knot while the unit is active. Over these
     12 cases the measurer found 0.992 to 0.9999 of the certificate; the floor asserts 0.95."""
     teacher = tiny_teacher(seed)
-    net = build_construction(teacher, eps)
+    net = build_shallow(teacher, eps)
     measured = measure_sup_error(net, teacher, seed=seed)
     fraction = measured.sup_error / net.certificate()
     assert 0.95 <= fraction <= 1 + net.rounding_floor() / net.certificate()
@@ -87,7 +87,7 @@ def test_measurer_finds_the_exhaustive_sup_on_the_tiny_instance(seed, eps):
     sup is itself only ~0.7 of the certificate (c/C cannot reach 1/N), so this compares the
     measurer with the truth, not with the bound. Seen: measurer/grid ≥ 0.948."""
     teacher = tiny_teacher(seed)
-    net = build_construction(teacher, eps)
+    net = build_shallow(teacher, eps)
     truth = exhaustive_sup_tiny(net, teacher)
     assert truth <= net.certificate() + net.rounding_floor()
     measured = measure_sup_error(net, teacher, seed=seed).sup_error
@@ -99,7 +99,7 @@ def test_measurer_finds_the_exhaustive_sup_on_the_tiny_instance(seed, eps):
 def test_off_by_one_in_N_is_caught_on_the_tiny_instance():
     """A certificate claimed for N + 1 while the network uses N must fail the check."""
     teacher = tiny_teacher(0)
-    net = build_construction(teacher, 1e-2)
+    net = build_shallow(teacher, 1e-2)
     measured = measure_sup_error(net, teacher).sup_error
     wrong_certificate = net.I * net.C * net.a / (net.N + 1) ** 2
     assert measured > wrong_certificate
@@ -109,7 +109,7 @@ def test_off_by_one_in_N_is_caught_on_the_tiny_instance():
 def test_network_for_one_teacher_fails_against_a_perturbed_teacher(encoding):
     cfg = HyperteacherConfig(I=4, H=4, O=3, M=6, K=2, encoding=encoding, seed=11)
     teacher = sample_hyperteacher(cfg)
-    net = build_construction(teacher, 1e-3)
+    net = build_shallow(teacher, 1e-3)
     assert measure_sup_error(net, teacher, **FAST).sup_error <= net.certificate()
     # Move one module by 2% of the truncation bound: tasks that use it change by far
     # more than the certificate; tasks without it do not change at all.
@@ -126,15 +126,15 @@ def test_a_constant_that_is_too_small_is_caught(shrink):
     """C below sup|c_ih| pushes u, v out of [-1, 1], where ŝ is no longer close to t²."""
     teacher = sample_hyperteacher(HyperteacherConfig(I=3, H=3, O=2, M=5, K=3, seed=5))
     C_true = instance_C(teacher.W, teacher.K)
-    net = build_construction(teacher, 1e-3, C=shrink * C_true)
+    net = build_shallow(teacher, 1e-3, C=shrink * C_true)
     measured = measure_sup_error(net, teacher, **FAST)
     assert measured.sup_error > net.certificate()
 
 
 def test_lean_and_theorem_compute_the_same_function_with_different_carry():
     teacher = sample_hyperteacher(HyperteacherConfig(I=3, H=5, O=2, M=9, K=2, seed=2))
-    theorem = build_construction(teacher, 1e-2, variant="theorem")
-    lean = build_construction(teacher, 1e-2, variant="lean")
+    theorem = build_shallow(teacher, 1e-2, variant="theorem")
+    lean = build_shallow(teacher, 1e-2, variant="lean")
     inputs = random_inputs(teacher, 128, 0)
     with torch.no_grad():
         assert (theorem(inputs) - lean(inputs)).abs().max() <= 1e-12
@@ -145,13 +145,13 @@ def test_apriori_N_does_not_depend_on_M_so_the_count_has_slope_one():
     counts = []
     for M in (4, 8, 16, 32, 64):
         teacher = sample_hyperteacher(HyperteacherConfig(M=M, seed=0))
-        counts.append(build_construction(teacher, 1e-3).hidden_units().total)
+        counts.append(build_shallow(teacher, 1e-3).hidden_units().total)
     assert np.all(np.diff(counts) == np.diff([4, 8, 16, 32, 64]))
 
 
 def test_state_dict_round_trip_gives_the_same_network(tmp_path):
     teacher = sample_hyperteacher(HyperteacherConfig(I=2, H=3, O=2, M=4, K=2, seed=4))
-    dense = build_construction(teacher, 1e-2).to_sequential()
+    dense = build_shallow(teacher, 1e-2).to_sequential()
     torch.save(dense.state_dict(), tmp_path / "network.pt")
     n1, n2 = count_hidden_units(dense)
     fresh = torch.nn.Sequential(torch.nn.Linear(6, n1), torch.nn.ReLU(), torch.nn.Linear(n1, n2),

@@ -28,7 +28,7 @@ import verify.bound
 from constructions.base import EXACT_TOL, Construction, count_hidden_units
 from constructions.names import CONSTRUCTIONS, REGISTRY
 from constructions.registry import BUILDERS, build
-from constructions.shallow import ShallowConstruction, build_construction
+from constructions.shallow import ShallowConstruction, build_shallow
 from tests.strategies import FAST, small_configs
 from theory.bounds import CONSTANTS, VARIANTS
 from verify.check import AGREEMENT_TOL, dense_agreement, measure_claim, sample_teacher
@@ -168,7 +168,7 @@ def test_the_contract_catches_a_wrong_construction(wrong, broken):
     from constructions.tasks.hyperteacher import HyperteacherConfig
 
     teacher = sample_teacher(HyperteacherConfig(I=1, H=1, O=1, M=1, K=1, weights="continuous", seed=0))
-    net = build_construction(teacher, 1e-2)
+    net = build_shallow(teacher, 1e-2)
     bad = wrong(teacher, N=net.N, C=net.C, a=net.a)
     assert broken_promises(net, teacher, 1e-2, seed=0) == []
     assert broken in broken_promises(bad, teacher, 1e-2, seed=0)

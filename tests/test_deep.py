@@ -160,9 +160,9 @@ def test_rounding_floor_bounds_float32_evaluation():
 
 def test_default_teacher_needs_hundreds_of_times_fewer_units_than_shallow():
     """The issue's target: at ε = 1e-6, M = 32, ≥ 100× fewer hidden units than shallow."""
-    from constructions.shallow import build_construction
+    from constructions.shallow import build_shallow
 
     teacher = sample_hyperteacher(HyperteacherConfig())
-    deep, shallow = build_deep(teacher, 1e-6), build_construction(teacher, 1e-6)
+    deep, shallow = build_deep(teacher, 1e-6), build_shallow(teacher, 1e-6)
     assert deep.hidden_units().total == 14 * (4 * 16 * 16 + 16) == 14_560
     assert shallow.hidden_units().total / deep.hidden_units().total >= 100

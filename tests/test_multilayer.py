@@ -10,7 +10,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from constructions import HyperteacherConfig, build_construction, sample_hyperteacher
+from constructions import HyperteacherConfig, build_shallow, sample_hyperteacher
 from constructions.base import count_hidden_units
 from constructions.multilayer import MultiLayerConstruction, build_multilayer
 from constructions.tasks.hyperteacher import dense_latents, enumerate_supports
@@ -110,10 +110,10 @@ def test_layer_one_bound_is_attained_at_a_vertex():
 def test_one_layer_apriori_is_the_shallow_theorem_network():
     teacher = sample_hyperteacher(HyperteacherConfig(I=3, H=4, O=2, M=5, K=2, seed=1))
     one = sample_multilayer_hyperteacher(HyperteacherConfig(I=3, H=4, O=2, M=5, K=2, seed=1), 1)
-    shallow, multi = build_construction(teacher, 1e-3), build_multilayer(one, 1e-3, constants="apriori")
-    assert build_construction(one, 1e-3).N == shallow.N  # an L = 1 teacher serves shallow too
+    shallow, multi = build_shallow(teacher, 1e-3), build_multilayer(one, 1e-3, constants="apriori")
+    assert build_shallow(one, 1e-3).N == shallow.N  # an L = 1 teacher serves shallow too
     with pytest.raises(AttributeError, match="2-layer"):
-        build_construction(sample_multilayer_hyperteacher(HyperteacherConfig(I=3, H=4, O=2, M=5), 2), 1e-3)
+        build_shallow(sample_multilayer_hyperteacher(HyperteacherConfig(I=3, H=4, O=2, M=5), 2), 1e-3)
     assert multi.N == (shallow.N,) and multi.certificate() == pytest.approx(shallow.certificate(), rel=1e-12)
     assert multi.hidden_units().total == shallow.hidden_units().total
     z, x = random_inputs(one, 128, 0, spread=1.5)
@@ -121,7 +121,7 @@ def test_one_layer_apriori_is_the_shallow_theorem_network():
         inputs = student_inputs(one, z, x)
         assert (multi(inputs) - shallow(inputs)).abs().max() <= 1e-12
     # Instance constants use the per-(i, h) ranges, so they never need a larger N.
-    assert build_multilayer(one, 1e-3, constants="instance").N[0] <= build_construction(
+    assert build_multilayer(one, 1e-3, constants="instance").N[0] <= build_shallow(
         teacher, 1e-3, constants="instance").N
 
 

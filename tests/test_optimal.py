@@ -11,7 +11,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from constructions import HyperteacherConfig, build_construction, sample_hyperteacher
+from constructions import HyperteacherConfig, build_shallow, sample_hyperteacher
 from constructions.base import count_hidden_units
 from constructions.optimal import OptimalConstruction, build_optimal, square_interpolant
 from tests.strategies import log_eps, small_configs
@@ -185,9 +185,9 @@ def test_summary_compares_with_the_theorem_at_the_same_eps():
     teacher = sample_hyperteacher(HyperteacherConfig(I=6, H=5, O=4, M=7, K=3, seed=1))
     net = build_optimal(teacher, 1e-4)
     s = net.summary()
-    shallow = build_construction(teacher, 1e-4, constants="instance")
+    shallow = build_shallow(teacher, 1e-4, constants="instance")
     assert s["shallow_instance_units"] == shallow.hidden_units().total
-    assert s["shallow_apriori_units"] == build_construction(teacher, 1e-4).hidden_units().total
+    assert s["shallow_apriori_units"] == build_shallow(teacher, 1e-4).hidden_units().total
     # Centring and the allocation each save units here (both are strict on this teacher).
     assert s["units"] < s["uncentered_units"] and s["units"] < s["uniform_same_certificate_units"]
     assert s["units"] < s["shallow_instance_units"] <= s["shallow_apriori_units"]

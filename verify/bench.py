@@ -56,11 +56,11 @@ def forward_speed(M: int, eps: float, batch: int, repeats: int) -> dict:
     import numpy as np
     import torch
 
-    from constructions.shallow import build_construction
+    from constructions.shallow import build_shallow
     from constructions.tasks.hyperteacher import HyperteacherConfig, sample_hyperteacher
 
     teacher = sample_hyperteacher(HyperteacherConfig(M=M))
-    net = build_construction(teacher, eps)
+    net = build_shallow(teacher, eps)
     dense = net.to_sequential()
     rng = np.random.default_rng(0)
     z = rng.uniform(0, 1, (batch, M)) * (rng.random((batch, M)) < 3 / M)
@@ -80,10 +80,10 @@ def forward_speed(M: int, eps: float, batch: int, repeats: int) -> dict:
 
 
 def shallow_units(M: int, eps: float) -> int:
-    from constructions.shallow import build_construction
+    from constructions.shallow import build_shallow
     from constructions.tasks.hyperteacher import HyperteacherConfig, sample_hyperteacher
 
-    return build_construction(sample_hyperteacher(HyperteacherConfig(M=M)), eps).hidden_units().total
+    return build_shallow(sample_hyperteacher(HyperteacherConfig(M=M)), eps).hidden_units().total
 
 
 def gemm_flops(rows: int, inner: int, cols: int, repeats: int) -> float:

@@ -294,7 +294,7 @@ def build_students(args, in_dim: int, E: int, teacher, widths_c) -> dict:
 def run(args) -> dict:
     import numpy as np
 
-    from constructions.shallow import build_construction
+    from constructions.shallow import build_shallow
     from constructions.tasks.encodings import make_encoder
     from constructions.tasks.hyperteacher import HyperteacherConfig, sample_hyperteacher
     from verify.metrics import encoding_dim, random_supports, sample_eval_tasks
@@ -312,7 +312,7 @@ def run(args) -> dict:
         teacher = sample_hyperteacher(cfg)
         encode = make_encoder(args.encoding, teacher, seed=args.seed)
         try:
-            construction = build_construction(teacher, args.eps)
+            construction = build_shallow(teacher, args.eps)
         except ValueError as e:  # an ε no network can reach (more than 2^40 knots)
             raise UsageError(str(e)) from None
         widths_c = construction.counted_widths()

@@ -208,7 +208,7 @@ def preflight(sc: SweepConfig, progress: bool | None = None) -> None:
 def run_sweep(sc: SweepConfig, measure: dict | None = None, progress: bool | None = None) -> list[dict]:
     """One row per (ε, M, K, seed, variant). Both variants compute the same function, so
     each point is measured once and the row for the other variant shares that measurement."""
-    from constructions.shallow import build_construction
+    from constructions.shallow import build_shallow
     from verify.check import verify_point
 
     measure = FAST_MEASURE | (measure or {})
@@ -222,7 +222,7 @@ def run_sweep(sc: SweepConfig, measure: dict | None = None, progress: bool | Non
         seconds = time.perf_counter() - start
         for variant in VARIANTS:
             # Sizes are counted on each variant's built network, never taken from the formula.
-            net = build_construction(teacher, eps, variant=variant, constants=sc.constants)
+            net = build_shallow(teacher, eps, variant=variant, constants=sc.constants)
             widths = net.counted_widths()
             units = hidden_units(sc.I, sc.H, M, net.N, variant)
             if not net.count_matches(widths):
