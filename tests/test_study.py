@@ -17,7 +17,7 @@ from verify.store import RunStore, config_key
 
 # The official grids (sweeps/*_hyperteacher.yaml): 6 K × 4 M × 8 fractions × 3 seeds, and so on.
 PAPER_RUNS = {"scaling-data": 576, "scaling-model": 180, "task-support": 18, "scaling-law": 2700,
-              "size-matched": 9}
+              "size-matched": 27}
 TINY_GRID = """method: grid
 name: tiny
 parameters:
@@ -51,7 +51,7 @@ def test_every_study_has_the_official_grid_and_three_scales(name):
     assert len(study.expand(name, "paper")[1]) == PAPER_RUNS[name]
     for scale in ("cpu", "smoke"):
         _, runs = study.expand(name, scale)
-        assert 0 < len(runs) < PAPER_RUNS[name] or name == "size-matched" and len(runs) <= PAPER_RUNS[name]
+        assert 0 < len(runs) < PAPER_RUNS[name]
         assert len({r.key for r in runs}) == len(runs)
 
 
