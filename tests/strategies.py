@@ -1,5 +1,7 @@
 """Hypothesis strategies for small hyperteachers and their constructions."""
 
+import numpy as np
+import torch
 from hypothesis import strategies as st
 
 from constructions import ENCODINGS, WEIGHTS, HyperteacherConfig
@@ -16,5 +18,28 @@ def small_configs(draw, max_io=6, max_M=10):
 
 # A light measurement for small instances (verify.measure's defaults take ~10× longer).
 FAST = dict(points_per_task=8, refine_tasks=8, refine_starts=8, refine_steps=40)
+# The same with a coarse grid for I ≤ 2, where the networks are deep or many (multi-layer, optimal).
+FAST_COARSE_GRID = dict(FAST, grid_points=129)
 
 log_eps = st.floats(-4.0, 0.0)  # ε = 10**log_eps ∈ [1e-4, 1]
+
+
+def random_tasks(teacher, n: int, seed: int, spread: float = 1.0, z_spread: float = 1.0):
+    """(z, x) float64 tensors: n tasks of Z_K (at most K nonzeros, each in [0, 1]) and
+    n inputs of [-spread, spread]^I. With z_spread > 1 the nonzeros reach z_spread and a
+    fifth of all entries is pushed below 0, so z leaves its box too (the dense network
+    and the structured one are the same function on all of ℝ^D)."""
+    rng = np.random.default_rng(seed)
+    M, K = teacher.M, teacher.K
+    z = rng.uniform(0, z_spread, (n, M)) * (rng.random((n, M)) < K / M)
+    np.put_along_axis(z, np.argsort(-z, axis=1)[:, K:], 0.0, axis=1)  # at most K nonzeros
+    if z_spread > 1:
+        z -= (z_spread - 1) * rng.random((n, M)) * (rng.random((n, M)) < 0.2)
+    x = rng.uniform(-spread, spread, (n, teacher.I))
+    return torch.as_tensor(z), torch.as_tensor(x)
+
+
+def random_inputs(teacher, n: int, seed: int, spread: float = 1.0, z_spread: float = 1.0):
+    """The network inputs [e(z), x] of random_tasks."""
+    z, x = random_tasks(teacher, n, seed, spread, z_spread)
+    return torch.cat([teacher.encode(z), x], dim=1)

@@ -12,17 +12,9 @@ from hypothesis import strategies as st
 
 from constructions import HyperteacherConfig, build_shallow, sample_hyperteacher
 from constructions.base import count_hidden_units
-from tests.strategies import FAST, log_eps, small_configs
+from tests.strategies import FAST, log_eps, random_inputs, small_configs
 from theory.bounds import instance_C
 from verify.measure import measure_sup_error
-
-
-def random_inputs(teacher, n, seed, spread=1.0):
-    """Inputs from Z_K × X, and with spread > 1 also off the box."""
-    rng = np.random.default_rng(seed)
-    z = rng.uniform(0, 1, (n, teacher.M)) * (rng.random((n, teacher.M)) < teacher.K / teacher.M)
-    x = rng.uniform(-spread, spread, (n, teacher.I))
-    return torch.cat([teacher.encode(torch.as_tensor(z)), torch.as_tensor(x)], dim=1)
 
 
 @given(cfg=small_configs(), log_eps=log_eps, variant=st.sampled_from(["theorem", "lean"]),

@@ -14,7 +14,7 @@ from constructions import HyperteacherConfig, sample_hyperteacher
 from constructions.base import construction_constants, count_hidden_units
 from constructions.deep import DeepConstruction, build_deep
 from constructions.shallow import ShallowConstruction
-from tests.strategies import FAST, log_eps, small_configs
+from tests.strategies import FAST, log_eps, random_inputs, small_configs
 from theory import deep as theory
 from theory.bounds import instance_C, square_interpolant
 from verify.measure import measure_sup_error
@@ -24,14 +24,6 @@ from verify.measure import measure_sup_error
 LIGHT = dict(points_per_task=8, refine_tasks=4, refine_starts=8, refine_steps=25)
 
 
-def random_inputs(teacher, n, seed, spread=1.0):
-    """Inputs from Z_K × X, and with spread > 1 also off the box (x and z)."""
-    rng = np.random.default_rng(seed)
-    z = rng.uniform(0, spread, (n, teacher.M)) * (rng.random((n, teacher.M)) < teacher.K / teacher.M)
-    if spread > 1:
-        z -= (spread - 1) * rng.random((n, teacher.M)) * (rng.random((n, teacher.M)) < 0.2)
-    x = rng.uniform(-spread, spread, (n, teacher.I))
-    return torch.cat([teacher.encode(torch.as_tensor(z)), torch.as_tensor(x)], dim=1)
 
 
 @given(cfg=small_configs(max_io=5, max_M=8), log_eps=log_eps,
@@ -58,7 +50,7 @@ def test_deep_construction_holds_on_random_instances(cfg, log_eps, constants):
     # Dense = structured, on the task set and off it (x and z outside their boxes).
     with torch.no_grad():
         for spread in (1.0, 2.0):
-            inputs = random_inputs(teacher, 256, cfg.seed, spread=spread)
+            inputs = random_inputs(teacher, 256, cfg.seed, spread=spread, z_spread=spread)
             assert (dense(inputs) - net(inputs)).abs().max() <= 1e-10
 
     # Measured sup error ≤ certificate, plus the float64 worst-case rounding.

@@ -15,20 +15,10 @@ from constructions.base import count_hidden_units
 from constructions.multilayer import MultiLayerConstruction, build_multilayer
 from constructions.tasks.hyperteacher import dense_latents, enumerate_supports
 from constructions.tasks.multilayer import MultiLayerHyperteacher, sample_multilayer_hyperteacher
-from tests.strategies import small_configs
+from tests.strategies import FAST_COARSE_GRID as FAST
+from tests.strategies import random_tasks, small_configs
 from theory import multilayer as theory
 from verify.measure import measure_sup_error
-
-FAST = dict(points_per_task=8, refine_tasks=8, refine_starts=8, refine_steps=40, grid_points=129)
-
-
-def random_inputs(teacher, n, seed, spread=1.0):
-    """(z, x) with z ∈ Z_K and x ∈ [-spread, spread]^I."""
-    rng = np.random.default_rng(seed)
-    z = rng.uniform(0, 1, (n, teacher.M)) * (rng.random((n, teacher.M)) < teacher.K / teacher.M)
-    keep = np.argsort(-z, axis=1)[:, teacher.K:]  # at most K nonzeros
-    np.put_along_axis(z, keep, 0.0, axis=1)
-    return torch.as_tensor(z), torch.as_tensor(rng.uniform(-spread, spread, (n, teacher.I)))
 
 
 def student_inputs(teacher, z, x):
@@ -38,7 +28,7 @@ def student_inputs(teacher, z, x):
 def test_one_layer_is_the_single_layer_teacher_and_layers_do_not_depend_on_L(tmp_path):
     cfg = HyperteacherConfig(I=3, H=4, O=2, M=5, K=2, encoding="orthogonal", seed=3)
     single, one = sample_hyperteacher(cfg), sample_multilayer_hyperteacher(cfg, 1)
-    z, x = random_inputs(single, 64, 0)
+    z, x = random_tasks(single, 64, 0)
     assert torch.equal(single.forward(z, x), one.forward(z, x))
     assert np.array_equal(single.Q, one.Q) and np.array_equal(single.A, one.A)
     two, three = sample_multilayer_hyperteacher(cfg, 2), sample_multilayer_hyperteacher(cfg, 3)
@@ -74,13 +64,13 @@ def test_construction_holds_on_random_instances(cfg, L, log_eps, constants):
     # Dense = structured, on X × Z_K (within both rounding floors) and off the box. (64 rows:
     # the dense net has up to ~10⁵ units here.)
     with torch.no_grad():
-        on = student_inputs(teacher, *random_inputs(teacher, 64, cfg.seed))
+        on = student_inputs(teacher, *random_tasks(teacher, 64, cfg.seed))
         assert (dense(on) - net(on)).abs().max() <= net.rounding_floor() + net.rounding_floor(dense=True)
-        off = student_inputs(teacher, *random_inputs(teacher, 64, cfg.seed + 1, spread=1.5))
+        off = student_inputs(teacher, *random_tasks(teacher, 64, cfg.seed + 1, spread=1.5))
         assert (dense(off) - net(off)).abs().max() <= 1e-10 * (1 + net(off).abs().max())
 
     # The interval bounds contain the teacher's activations.
-    z, x = random_inputs(teacher, 512, cfg.seed + 2)
+    z, x = random_tasks(teacher, 512, cfg.seed + 2)
     for h, lb in zip(teacher.activations(z, x), net.bounds, strict=True):
         assert (h <= torch.as_tensor(lb.U) * (1 + 1e-12) + 1e-12).all()
 
@@ -116,7 +106,7 @@ def test_one_layer_apriori_is_the_shallow_theorem_network():
         build_shallow(sample_multilayer_hyperteacher(HyperteacherConfig(I=3, H=4, O=2, M=5), 2), 1e-3)
     assert multi.N == (shallow.N,) and multi.certificate() == pytest.approx(shallow.certificate(), rel=1e-12)
     assert multi.hidden_units().total == shallow.hidden_units().total
-    z, x = random_inputs(one, 128, 0, spread=1.5)
+    z, x = random_tasks(one, 128, 0, spread=1.5)
     with torch.no_grad():
         inputs = student_inputs(one, z, x)
         assert (multi(inputs) - shallow(inputs)).abs().max() <= 1e-12

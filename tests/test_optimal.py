@@ -14,21 +14,15 @@ from hypothesis import strategies as st
 from constructions import HyperteacherConfig, build_shallow, sample_hyperteacher
 from constructions.base import count_hidden_units
 from constructions.optimal import OptimalConstruction, build_optimal, square_interpolant
-from tests.strategies import log_eps, small_configs
+from tests.strategies import FAST_COARSE_GRID as FAST
+from tests.strategies import log_eps, random_inputs, small_configs
 from theory import bounds
 from theory import optimal as theory
 from verify.measure import measure_sup_error
 
 # As in test_construction, plus a coarser x-grid for I = 2 (129² instead of 257² points).
-FAST = dict(points_per_task=8, refine_tasks=8, refine_starts=8, refine_steps=40, grid_points=129)
 
 
-def random_inputs(teacher, n, seed, spread=1.0):
-    """Inputs from Z_K × X, and with spread > 1 also off the box."""
-    rng = np.random.default_rng(seed)
-    z = rng.uniform(0, 1, (n, teacher.M)) * (rng.random((n, teacher.M)) < teacher.K / teacher.M)
-    x = rng.uniform(-spread, spread, (n, teacher.I))
-    return torch.cat([teacher.encode(torch.as_tensor(z)), torch.as_tensor(x)], dim=1)
 
 
 def assert_minimal(net, eps):
