@@ -24,7 +24,7 @@ from constructions.names import (
 from theory.bounds import CONSTANTS, VARIANTS
 from verify import cli
 from verify.cli import UsageError, positive_float, positive_int, seed
-from verify.names import MAX_TASKS
+from verify.names import INSTANCE_BOUND_CONSTRUCTIONS, MAX_TASKS
 
 MAX_LAYERS = 8
 # Threads pay off once each input row carries I·H ≥ 64 products (the default I = H = 16:
@@ -62,6 +62,13 @@ def build_parser() -> cli.Parser:
     p.add_argument("--force", action="store_true", help="let --save replace the files of a non-empty DIR")
     p.add_argument("--dense", action="store_true",
                    help="measure the dense nn.Sequential itself instead of the structured evaluator")
+    p.add_argument("--bound", default="certificate", choices=("certificate", "instance"),
+                   help="instance: also bound this teacher's true sup error from above (shallow and deep "
+                        "constructions), over Z_K by branch and bound and over the family's own tasks, and "
+                        "print the bracket measured ≤ sup ≤ instance bound ≤ certificate "
+                        "(default certificate)")
+    p.add_argument("--bound-seconds", type=positive_float, default=30.0,
+                   help="time for the branch and bound over Z_K; it stays sound when stopped (default 30)")
     p.add_argument("--max-tasks", type=positive_int, default=MAX_TASKS,
                    help=f"enumerate every support up to this many, else sample this many "
                         f"(default {MAX_TASKS})")
@@ -89,6 +96,10 @@ def parse_args(argv) -> object:
     if args.layers > 1 and args.construction not in blocks:
         raise UsageError(f"multi-layer teachers are built with {' or '.join(blocks)} blocks only; "
                          f"--construction {args.construction} needs --layers 1")
+    covered = INSTANCE_BOUND_CONSTRUCTIONS
+    if args.bound == "instance" and (args.construction not in covered or args.layers > 1):
+        raise UsageError(f"--bound instance covers --construction {' or '.join(covered)} with --layers 1; "
+                         f"got --construction {args.construction} --layers {args.layers}")
     if args.force and not args.save:
         raise UsageError("--force only applies to --save DIR")
     if args.save:
@@ -109,6 +120,11 @@ def run(args) -> tuple[dict, object]:
         build_dense=True if args.save else None,
         measure=dict(max_tasks=args.max_tasks, points_per_task=args.points, refine_steps=args.refine_steps),
         progress=False if args.no_progress else None)
+    if args.bound == "instance":
+        from verify.instance import add_instance_bound
+
+        add_instance_bound(report, net, teacher, args.bound_seconds,
+                           progress=False if args.no_progress else None)
     if args.save:
         save(Path(args.save), report, teacher, dense_net)
     return report, net

@@ -12,3 +12,7 @@ DECAYS = ("matrices", "all")
 # How many tasks the measurer takes by default: every support up to this many, else a
 # sample of this many (verify.measure, verify.bound --max-tasks, the exact level tasks).
 MAX_TASKS = 20_000
+
+# The constructions whose error has the phase form of theory/instance.py (deep computes the
+# shallow network with N = 2^(m+1) on the box), so `--bound instance` can bound it.
+INSTANCE_BOUND_CONSTRUCTIONS = ("shallow", "deep")

@@ -35,6 +35,27 @@ def _off_task_set_lines(off: dict | None) -> list[str]:
     return [f"{'off task set' if n == 0 else '':<14}{line}" for n, line in enumerate(lines)]
 
 
+def _instance_bound_lines(r: dict) -> list[str]:
+    """The bracket measured ≤ true sup ≤ instance bound ≤ certificate ≤ ε, with each ratio."""
+    if "instance_bound" not in r:
+        return []
+    zk, cert, measured = r["instance_bound"]["Z_K"], r["certificate"], r["measured"]["sup_error"]
+    how = ("= certificate: the branch and bound did not get below it"
+           if zk["bound"] >= cert else f"{zk['bound'] / cert:.3f} × certificate")
+    lines = [
+        f"bracket       measured {measured:.3e} ≤ sup over X × Z_K ≤ instance bound {zk['bound']:.3e} "
+        f"≤ certificate {cert:.3e} ≤ ε {r['eps']:.3e}",
+        f"              instance bound = {how}; upper ÷ lower = {zk['bound'] / measured:.2f} "
+        f"({zk['boxes']:,} boxes, {zk['seconds']:.1f} s)" if measured > 0 else
+        f"              instance bound = {how} ({zk['boxes']:,} boxes, {zk['seconds']:.1f} s)",
+    ]
+    if "levels" in r["instance_bound"]:
+        lv = r["instance_bound"]["levels"]
+        lines.append(f"              on the family's own {lv['tasks']:,} tasks: sup ≤ {lv['bound']:.3e} = "
+                     f"{lv['over_certificate']:.3f} × certificate ({lv['seconds']:.1f} s)")
+    return lines
+
+
 def format_report(r: dict, construction_lines: list[str]) -> str:
     """The text report of verify_point's JSON report; `construction_lines` are the
     construction's own part of it (Construction.report_lines)."""
@@ -58,6 +79,7 @@ def format_report(r: dict, construction_lines: list[str]) -> str:
         lines.append(f"level tasks   max error {lt['max_error']:.3e} over {which} tasks (supports × weight "
                      f"levels, {lt['seconds']:.1f} s)")
     lines += _off_task_set_lines(r.get("off_task_set"))
+    lines += _instance_bound_lines(r)
     if r["dense_vs_structured_max_abs"] is not None:
         lines.append(f"dense check   max|dense − structured| = {r['dense_vs_structured_max_abs']:.1e}")
     lines += [f"{'PASS' if ok else 'FAIL'}          {name}" for name, ok in r["checks"].items()]

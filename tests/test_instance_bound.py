@@ -1,0 +1,219 @@
+"""The instance bound (theory/instance.py, verify/instance.py): its phase form is the network's
+error exactly, and each of its upper ends is above every error a search or a grid finds,
+and below the certificate. Broken versions of it (a dropped remainder, a dropped (·)⁺, one
+kink of two) are caught by the same grids."""
+
+import itertools
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from constructions.deep import build_deep
+from constructions.shallow import build_shallow
+from constructions.tasks.hyperteacher import HyperteacherConfig, sample_hyperteacher
+from tests.strategies import FAST, random_tasks
+from theory.bounds import certificate
+from theory.instance import beta, box_bound, input_phases, product_error, task_bound, task_phases
+from verify import bound
+from verify.instance import levels_bound, zk_bound
+from verify.measure import measure_sup_error, pointwise_error
+
+EXAMPLES = max(4, settings.default.max_examples // 5)
+
+
+@st.composite
+def tiny(draw, max_io=3, max_M=3):
+    """(teacher, network) with I = 1 (so a grid over x is exhaustive) unless max_io says otherwise."""
+    M = draw(st.integers(1, max_M))
+    cfg = HyperteacherConfig(I=draw(st.integers(1, max_io)), H=draw(st.integers(1, max_io)),
+                             O=draw(st.integers(1, 2)), M=M, K=draw(st.integers(1, min(2, M))),
+                             weights=draw(st.sampled_from(["khot", "discrete"])),
+                             encoding=draw(st.sampled_from(["identity", "orthogonal"])),
+                             seed=draw(st.integers(0, 2**16)))
+    teacher = sample_hyperteacher(cfg)
+    eps = 10.0 ** draw(st.floats(-2.5, -1.0))
+    build = draw(st.sampled_from([build_shallow, build_deep]))
+    return teacher, build(teacher, eps, constants=draw(st.sampled_from(["apriori", "instance"])))
+
+
+def N_of(net) -> int:
+    return net.N_eff if hasattr(net, "N_eff") else net.N
+
+
+def phase_form_error(net, teacher, z: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """f − g from the phase form alone: δ_h = (C/N²)·Σ_i B(θ_i, φ_ih), then the teacher's ReLU."""
+    N, C, K = N_of(net), net.C, teacher.K
+    phi = task_phases(teacher.W, K, C, N, z)
+    delta = (C / N**2) * product_error(input_phases(x, N)[:, :, None], phi).sum(axis=1)
+    c = np.einsum("bm,mih->bih", z, teacher.W) / math.sqrt(K)
+    p = np.einsum("bi,bih->bh", x, c) + z @ teacher.b / math.sqrt(K)
+    return (np.maximum(p + delta, 0.0) - np.maximum(p, 0.0)) @ teacher.A
+
+
+def grid_sup(net, teacher, z: np.ndarray, n_x: int = 4001) -> np.ndarray:
+    """max over a grid of x ∈ [-1, 1] (I = 1) of ‖f − g‖∞, for each task z: (T,)."""
+    x = torch.linspace(-1.0, 1.0, n_x, dtype=torch.float64)[:, None]
+    zt = torch.as_tensor(z)
+    with torch.no_grad():
+        return np.array([float(pointwise_error(net, teacher, row.expand(n_x, -1), x).max()) for row in zt])
+
+
+@settings(max_examples=EXAMPLES, deadline=None)
+@given(case=tiny(max_io=4, max_M=5), seed=st.integers(0, 2**16))
+def test_the_phase_form_is_the_networks_error(case, seed):
+    teacher, net = case
+    z, x = random_tasks(teacher, 256, seed)
+    inputs = torch.cat([teacher.encode(z), x], dim=1)
+    with torch.no_grad():
+        network = (net(inputs) - teacher.forward(z, x)).numpy()
+    assert np.abs(phase_form_error(net, teacher, z.numpy(), x.numpy()) - network).max() <= 1e-12
+
+
+def test_beta_is_the_interpolants_excess_scaled():
+    N = 7
+    t = np.linspace(-1.0, 1.0, 1001)
+    from theory.bounds import square_interpolant
+
+    assert np.abs(beta((t + 1.0) * N / 2.0) / N**2 - (square_interpolant(t, N) - t * t)).max() <= 1e-15
+
+
+@settings(max_examples=EXAMPLES, deadline=None)
+@given(case=tiny(max_io=1), data=st.data())
+def test_task_bound_is_above_a_grid_over_x_and_below_the_certificate(case, data):
+    teacher, net = case
+    z, _ = random_tasks(teacher, 16, data.draw(st.integers(0, 2**16)))
+    z = z.numpy()
+    b = task_bound(task_phases(teacher.W, teacher.K, net.C, N_of(net), z), teacher.A, net.C, N_of(net))
+    floor = net.rounding_floor()
+    assert (grid_sup(net, teacher, z) <= b + floor).all()
+    assert (b <= net.certificate() * (1 + 1e-12)).all()
+
+
+@settings(max_examples=EXAMPLES, deadline=None)
+@given(phi=st.lists(st.floats(-20, 20), min_size=6, max_size=6), width=st.floats(0.0, 0.5),
+       where=st.lists(st.floats(0, 1), min_size=6, max_size=6), seed=st.integers(0, 2**16))
+def test_box_bound_is_above_the_task_bound_of_every_task_in_the_box(phi, width, where, seed):
+    A = np.random.default_rng(seed).normal(size=(3, 2))
+    lo = np.array(phi).reshape(1, 2, 3)
+    hi = lo + width
+    inside = lo + width * np.array(where).reshape(1, 2, 3)
+    assert task_bound(inside, A, 1.3, 9)[0] <= box_bound(lo, hi, A, 1.3, 9)[0] * (1 + 1e-12)
+    # A point box exceeds the exact task bound by at most the grid's remainder.
+    gap = box_bound(inside, inside, A, 1.3, 9, grid=256)[0] - task_bound(inside, A, 1.3, 9)[0]
+    assert -1e-15 <= gap <= 2 * 4.0 / 256 * np.abs(A).sum(axis=0).max() * 1.3 / 81
+
+
+def exhaustive_zk_sup(net, teacher, n_w: int = 101) -> float:
+    """max over a grid of x (I = 1) and of every support's weights in [0, 1]."""
+    k = min(teacher.K, teacher.M)
+    ws = np.array(list(itertools.product(np.linspace(0.0, 1.0, n_w), repeat=k)))
+    worst = 0.0
+    for support in itertools.combinations(range(teacher.M), k):
+        z = np.zeros((len(ws), teacher.M))
+        z[:, list(support)] = ws
+        worst = max(worst, float(grid_sup(net, teacher, z, n_x=1001).max()))
+    return worst
+
+
+@settings(max_examples=max(3, EXAMPLES // 2), deadline=None)
+@given(case=tiny(max_io=1, max_M=2))
+def test_zk_bound_is_above_an_exhaustive_grid_and_the_measurer(case):
+    teacher, net = case
+    zk = zk_bound(net, teacher, seconds=1.0, progress=False)
+    floor = net.rounding_floor()
+    assert exhaustive_zk_sup(net, teacher, n_w=41 if teacher.K == 2 else 201) <= zk.bound + floor
+    assert measure_sup_error(net, teacher, progress=False, **FAST).sup_error <= zk.bound + floor
+
+
+@settings(max_examples=EXAMPLES, deadline=None)
+@given(case=tiny(max_io=1))
+def test_levels_bound_is_above_every_level_task(case):
+    teacher, net = case
+    lv = levels_bound(net, teacher, progress=False)
+    k = teacher.K
+    rows = []
+    for size in range(1, k + 1):
+        for support in itertools.combinations(range(teacher.M), size):
+            for w in itertools.product(teacher.weight_values, repeat=size):
+                z = np.zeros(teacher.M)
+                z[list(support)] = w
+                rows.append(z)
+    assert grid_sup(net, teacher, np.array(rows)).max() <= lv.bound + net.rounding_floor()
+    assert lv.bound <= net.certificate() * (1 + 1e-12)
+
+
+def test_on_tiny_instances_the_bracket_closes():
+    """One neuron (I = H = O = M = K = 1): the branch and bound gets within 3% of a grid's sup."""
+    teacher = sample_hyperteacher(HyperteacherConfig(I=1, H=1, O=1, M=1, K=1, weights="khot", seed=1))
+    net = build_shallow(teacher, 1e-2)
+    zk = zk_bound(net, teacher, seconds=2.0, progress=False)
+    on_grid = exhaustive_zk_sup(net, teacher, n_w=2001)
+    assert on_grid <= zk.bound <= 1.03 * on_grid
+
+
+# Broken bounds, each caught on a small instance by the same grids.
+
+def task_bound_one_kink(phi, A, C, N):
+    """Wrong: the kinks at +φ only, for σ = +1 only (it forgets the mirrored kinks)."""
+    B = beta(phi[..., :, None] + phi[..., None, :]) - beta(phi[..., :, None] - phi[..., None, :])
+    F = np.maximum(B, 0.0) @ np.maximum(A, 0.0) + np.maximum(-B, 0.0) @ np.maximum(-A, 0.0)
+    return F.max(axis=2).sum(axis=1).max(axis=1) * (C / N**2)
+
+
+def task_bound_signed(phi, A, C, N):
+    """Wrong: drops the (·)⁺ of fact 1, as if every hidden unit were active, one sign only."""
+    B = beta(phi[..., :, None] + phi[..., None, :]) - beta(phi[..., :, None] - phi[..., None, :])
+    return (B @ A).max(axis=2).sum(axis=1).max(axis=1) * (C / N**2)
+
+
+@pytest.mark.parametrize("broken", [task_bound_one_kink, task_bound_signed])
+def test_a_broken_task_bound_is_caught(broken):
+    caught = 0
+    for seed in range(20):
+        teacher = sample_hyperteacher(HyperteacherConfig(I=1, H=3, O=2, M=2, K=1, weights="khot", seed=seed))
+        net = build_shallow(teacher, 1e-2)
+        z = np.eye(2)
+        b = broken(task_phases(teacher.W, 1, net.C, net.N, z), teacher.A, net.C, net.N)
+        caught += bool((grid_sup(net, teacher, z) > b + 1e-12).any())
+    assert caught > 0
+
+
+def test_a_box_bound_without_its_remainder_is_caught():
+    """On a coarse θ grid the remainder is what keeps the bound above the truth."""
+    caught = 0
+    for seed in range(20):
+        teacher = sample_hyperteacher(HyperteacherConfig(I=1, H=3, O=2, M=2, K=1, weights="khot", seed=seed))
+        net = build_shallow(teacher, 1e-2)
+        phi = task_phases(teacher.W, 1, net.C, net.N, np.eye(2))
+        grid = 4
+        without = box_bound(phi, phi, teacher.A, net.C, net.N, grid) - \
+            4.0 * np.abs(teacher.A).sum(axis=0).max() / grid * net.C / net.N**2
+        caught += bool((grid_sup(net, teacher, np.eye(2)) > without + 1e-12).any())
+        assert (grid_sup(net, teacher, np.eye(2)) <= box_bound(phi, phi, teacher.A, net.C, net.N, grid)).all()
+    assert caught > 0
+
+
+def test_the_instance_bound_never_exceeds_the_certificate_formula():
+    teacher = sample_hyperteacher(HyperteacherConfig(I=3, H=4, O=2, M=4, K=2, seed=2))
+    net = build_shallow(teacher, 1e-3)
+    phi = task_phases(teacher.W, 2, net.C, net.N, np.random.default_rng(0).random((64, 4)))
+    assert (task_bound(phi, teacher.A, net.C, net.N) <= certificate(3, net.C, net.a, net.N)).all()
+
+
+def test_cli_prints_the_bracket_and_refuses_other_constructions(capsys):
+    argv = "--M 3 --K 2 --I 1 --H 2 --O 1 --eps 1e-2 --bound instance --bound-seconds 1 --no-progress".split()
+    assert bound.main(argv + ["--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    ib = report["instance_bound"]
+    assert set(ib) == {"Z_K", "levels"}
+    assert report["measured"]["sup_error"] <= ib["Z_K"]["bound"] <= report["certificate"]
+    assert report["checks"]["measured <= instance bound"]
+    assert bound.main(argv) == 0
+    assert "bracket" in capsys.readouterr().out
+    assert bound.main(argv + ["--construction", "optimal"]) == 2
+    assert "--bound instance covers" in capsys.readouterr().err
