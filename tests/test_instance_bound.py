@@ -5,7 +5,6 @@ kink of two) are caught by the same grids."""
 
 import itertools
 import json
-import math
 
 import numpy as np
 import pytest
@@ -18,9 +17,10 @@ from constructions.shallow import build_shallow
 from constructions.tasks.hyperteacher import HyperteacherConfig, sample_hyperteacher
 from tests.strategies import FAST, random_tasks
 from theory.bounds import certificate
-from theory.instance import beta, box_bound, input_phases, product_error, task_bound, task_phases
+from theory.instance import beta, box_bound, task_bound, task_phases
+from theory.instance import phase_form_error as theory_phase_form_error
 from verify import bound
-from verify.instance import levels_bound, zk_bound
+from verify.instance import guided_search, levels_bound, zk_bound
 from verify.measure import measure_sup_error, pointwise_error
 
 EXAMPLES = max(4, settings.default.max_examples // 5)
@@ -46,13 +46,7 @@ def N_of(net) -> int:
 
 
 def phase_form_error(net, teacher, z: np.ndarray, x: np.ndarray) -> np.ndarray:
-    """f − g from the phase form alone: δ_h = (C/N²)·Σ_i B(θ_i, φ_ih), then the teacher's ReLU."""
-    N, C, K = N_of(net), net.C, teacher.K
-    phi = task_phases(teacher.W, K, C, N, z)
-    delta = (C / N**2) * product_error(input_phases(x, N)[:, :, None], phi).sum(axis=1)
-    c = np.einsum("bm,mih->bih", z, teacher.W) / math.sqrt(K)
-    p = np.einsum("bi,bih->bh", x, c) + z @ teacher.b / math.sqrt(K)
-    return (np.maximum(p + delta, 0.0) - np.maximum(p, 0.0)) @ teacher.A
+    return theory_phase_form_error(teacher.W, teacher.b, teacher.A, teacher.K, net.C, N_of(net), z, x)
 
 
 def grid_sup(net, teacher, z: np.ndarray, n_x: int = 4001) -> np.ndarray:
@@ -156,6 +150,21 @@ def test_on_tiny_instances_the_bracket_closes():
     assert on_grid <= zk.bound <= 1.03 * on_grid
 
 
+@settings(max_examples=EXAMPLES, deadline=None)
+@given(case=tiny(max_io=3), seed=st.integers(0, 2**16))
+def test_guided_search_finds_a_real_error_below_the_task_bound(case, seed):
+    teacher, net = case
+    z, _ = random_tasks(teacher, 2, seed)
+    err, x, at = guided_search(net, teacher, z.numpy(), seed=seed)
+    assert np.abs(x).max() <= 1.0 and any(np.array_equal(at, row) for row in z.numpy())
+    with torch.no_grad():
+        again = pointwise_error(net, teacher, torch.as_tensor(at)[None], torch.as_tensor(x)[None])
+    assert float(again) == err
+    N = N_of(net)
+    assert err <= task_bound(task_phases(teacher.W, teacher.K, net.C, N, at[None]), teacher.A, net.C, N)[0] \
+        + net.rounding_floor()
+
+
 # Broken bounds, each caught on a small instance by the same grids.
 
 def task_bound_one_kink(phi, A, C, N):
@@ -210,9 +219,12 @@ def test_cli_prints_the_bracket_and_refuses_other_constructions(capsys):
     assert bound.main(argv + ["--json"]) == 0
     report = json.loads(capsys.readouterr().out)
     ib = report["instance_bound"]
-    assert set(ib) == {"Z_K", "levels"}
-    assert report["measured"]["sup_error"] <= ib["Z_K"]["bound"] <= report["certificate"]
-    assert report["checks"]["measured <= instance bound"]
+    assert set(ib) == {"Z_K", "levels", "guided"}
+    zk = ib["Z_K"]
+    assert report["measured"]["sup_error"] <= zk["lower"] <= zk["upper"] <= report["certificate"]
+    # They tie when the bracket closes, up to rounding.
+    assert ib["levels"]["lower"] <= ib["levels"]["upper"] + report["rounding_floor_float64"]
+    assert report["checks"]["lower end <= instance bound"] and report["passed"]
     assert bound.main(argv) == 0
     assert "bracket" in capsys.readouterr().out
     assert bound.main(argv + ["--construction", "optimal"]) == 2

@@ -122,3 +122,16 @@ def phase_slopes(W: np.ndarray, K: int, C: float, N: int) -> np.ndarray:
     """∂φ_ih/∂z_m = N·W_mih/(4C√K): (M, I, H). φ is linear in z, so over a box of z its
     range is exact: the centre's value ± Σ_m |slope_m|·half-width_m."""
     return W * (N / (4.0 * C * math.sqrt(K)))
+
+
+def phase_form_error(W: np.ndarray, b: np.ndarray, A: np.ndarray, K: int, C: float, N: int,
+                     z: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """f − g for rows of tasks z (B, M) and inputs x (B, I), from the phase form alone:
+    δ_h = (C/N²)·Σ_i B(θ_i, φ_ih), then ReLU(p_h + δ_h) − ReLU(p_h) through the readout A.
+    Equal to the shallow network's error (tests/test_instance_bound.py holds it to 1e-12)."""
+    phi = task_phases(W, K, C, N, z)
+    delta = (C / N**2) * product_error(input_phases(x, N)[:, :, None], phi).sum(axis=1)
+    M, I, H = W.shape
+    c = (z @ W.reshape(M, I * H)).reshape(-1, I, H) / math.sqrt(K)
+    p = np.einsum("bi,bih->bh", x, c) + z @ b / math.sqrt(K)
+    return (np.maximum(p + delta, 0.0) - np.maximum(p, 0.0)) @ A

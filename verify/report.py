@@ -36,23 +36,29 @@ def _off_task_set_lines(off: dict | None) -> list[str]:
 
 
 def _instance_bound_lines(r: dict) -> list[str]:
-    """The bracket measured ≤ true sup ≤ instance bound ≤ certificate ≤ ε, with each ratio."""
+    """The bracket lower ≤ true sup ≤ instance bound ≤ certificate ≤ ε, with each ratio."""
     if "instance_bound" not in r:
         return []
-    zk, cert, measured = r["instance_bound"]["Z_K"], r["certificate"], r["measured"]["sup_error"]
-    how = ("= certificate: the branch and bound did not get below it"
-           if zk["bound"] >= cert else f"{zk['bound'] / cert:.3f} × certificate")
+    ib, cert = r["instance_bound"], r["certificate"]
+    zk, g = ib["Z_K"], ib["guided"]
+    how = ("the certificate: the branch and bound did not get below it" if zk["branch_and_bound"] >= cert
+           else f"{zk['over_certificate']:.3f} × certificate")
     lines = [
-        f"bracket       measured {measured:.3e} ≤ sup over X × Z_K ≤ instance bound {zk['bound']:.3e} "
-        f"≤ certificate {cert:.3e} ≤ ε {r['eps']:.3e}",
-        f"              instance bound = {how}; upper ÷ lower = {zk['bound'] / measured:.2f} "
-        f"({zk['boxes']:,} boxes, {zk['seconds']:.1f} s)" if measured > 0 else
-        f"              instance bound = {how} ({zk['boxes']:,} boxes, {zk['seconds']:.1f} s)",
+        f"bracket Z_K   {zk['lower']:.3e} ({zk['lower_from']}) ≤ sup over X × Z_K ≤ {zk['upper']:.3e} ≤ "
+        f"certificate {cert:.3e} ≤ ε {r['eps']:.3e}",
+        f"              upper ÷ lower = {zk['upper_over_lower']:.2f}; upper = {how} "
+        f"({zk['boxes']:,} boxes, {zk['seconds']:.1f} s)",
     ]
-    if "levels" in r["instance_bound"]:
-        lv = r["instance_bound"]["levels"]
-        lines.append(f"              on the family's own {lv['tasks']:,} tasks: sup ≤ {lv['bound']:.3e} = "
-                     f"{lv['over_certificate']:.3f} × certificate ({lv['seconds']:.1f} s)")
+    if "levels" in ib:
+        lv = ib["levels"]
+        lines += [
+            f"bracket tasks {lv['lower']:.3e} ≤ sup over the family's {lv['tasks']:,} tasks "
+            f"≤ {lv['upper']:.3e} = {lv['over_certificate']:.3f} × certificate",
+            f"              upper ÷ lower = {lv['upper_over_lower']:.2f} "
+            f"({lv['seconds']:.1f} s for the bound)",
+        ]
+    lines.append(f"guided search {g['error']:.3e} = {g['error'] / cert:.3f} × certificate on "
+                 f"{g['tasks']} tasks ({g['seconds']:.1f} s)")
     return lines
 
 
