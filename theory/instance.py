@@ -77,13 +77,17 @@ def task_bound(phi: np.ndarray, A: np.ndarray, C: float, N: int) -> np.ndarray:
     at the kinks θ ≡ ±φ_ij (fact 3 of the module's docstring). β is even, so
     B(−φ_j, φ_h) = −B(φ_j, φ_h): the kinks at −φ_j give the values of those at +φ_j with σ
     flipped, and one H × H matrix of B per i serves both signs and both kinks."""
-    B = beta(phi[..., :, None] + phi[..., None, :]) - beta(phi[..., :, None] - phi[..., None, :])
-    A_pos, A_neg = np.maximum(A, 0.0), np.maximum(-A, 0.0)
-    # Rows: θ = φ_ij with σ = +1 (first O columns) and σ = −1 (last O), i.e. θ = −φ_ij with σ = +1.
-    both = np.concatenate([np.maximum(B, 0.0), np.maximum(-B, 0.0)], axis=-1)  # (T, I, H, 2H)
-    F = both @ np.block([[A_pos, A_neg], [A_neg, A_pos]])  # (T, I, H, 2O)
+    s = phi[..., :, None] + phi[..., None, :]  # (T, I, j, h): θ = φ_ij against φ_ih
+    d = phi[..., :, None] - phi[..., None, :]
+    s -= np.floor(s)
+    d -= np.floor(d)
+    B = 4.0 * (s - d) * (1.0 - s - d)  # β(s) − β(d), factored
+    # At θ = +φ_ij with σ = +1: Σ_h (A_ho·B)⁺ = Σ_h B⁺|A_ho| − Σ_h B·A⁻_ho; with σ = −1 (the
+    # kink at −φ_ij with σ = +1) the same with A⁺ for A⁻.
     O = A.shape[1]
-    per_i = np.maximum(F[..., :O], F[..., O:]).max(axis=2)  # (T, I, O): best kink, either sign
+    shared = np.maximum(B, 0.0) @ np.abs(A)  # (T, I, j, O)
+    signed = B @ np.concatenate([np.maximum(-A, 0.0), np.maximum(A, 0.0)], axis=1)  # (T, I, j, 2O)
+    per_i = (shared - np.minimum(signed[..., :O], signed[..., O:])).max(axis=2)  # (T, I, O)
     return per_i.sum(axis=1).max(axis=1) * (C / N**2)
 
 
