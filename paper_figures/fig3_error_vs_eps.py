@@ -1,9 +1,13 @@
-"""Figure 3: the measured sup error and the certificate I·C·a/N² against the target ε.
+"""Figure 3: the measured sup error, the instance bound and the certificate I·C·a/N² against ε.
 
 (a) log-log, with the line y = ε: the certificate sits just under it (N is the smallest
 integer that gets there) and the measured error (a lower estimate of the true sup, from
 `verify.measure.measure_sup_error` via the sweep) under the certificate. The gap between
-the two is the certificate's slack. (b) measured / certificate, on a linear scale.
+the two is the certificate's slack. The instance bound (verify/instance.py, on the smallest
+M and the first seed) is an upper bound on this teacher's true sup: over Z_K by branch and
+bound (for a few seconds a point), and over the family's own tasks. The true sup lies
+between the measured error and it. (b) measured / certificate and instance bound /
+certificate, on a linear scale.
 """
 
 from __future__ import annotations
@@ -11,11 +15,44 @@ from __future__ import annotations
 from pathlib import Path
 
 from paper_figures import sweep_data
-from paper_figures.common import COLOURS, MARKERS, FigureResult, finish, new_figure, plot_series
+from paper_figures.common import COLOURS, MARKERS, FigureResult, finish, new_figure, plot_series, select
 from verify.sweep import fit_scaling
 
 NAME = "fig3_error_vs_eps"
 ERROR_FIT = "log measured vs log N"
+ZK_SECONDS = 3.0  # branch and bound over Z_K per point of the instance-bound curve
+
+
+def instance_rows(sc, sweep: list[dict]) -> list[dict]:
+    """The instance bounds (Z_K and the family's tasks) of the smallest M's first seed, at
+    every ε, with the measured error of the same network."""
+    from constructions.shallow import build_shallow
+    from verify.check import sample_teacher
+    from verify.instance import levels_bound, zk_bound
+    from verify.sweep import _config
+
+    M, K, seed = min(sc.M), sc.K[0], sc.seeds[0]
+    if K > M:
+        return []
+    teacher = sample_teacher(_config(sc, M, K, seed))
+    rows = []
+    for r in sweep:
+        if (r["M"], r["K"], r["seed"]) != (M, K, seed):
+            continue
+        net = build_shallow(teacher, r["eps"], constants=sc.constants)
+        cert = net.certificate()
+        zk = min(zk_bound(net, teacher, seconds=ZK_SECONDS, progress=False).bound, cert)
+        rows.append(dict(panel="a", series=f"instance bound Z_K M={M}", x=r["eps"], y=zk, M=M, seed=seed,
+                         N=net.N, certificate=cert, measured=r["measured"]))
+        rows.append(dict(panel="b", series=f"instance ratio Z_K M={M}", x=r["eps"], y=zk / cert, M=M,
+                         seed=seed, N=net.N))
+        if teacher.weights != "continuous":
+            lv = levels_bound(net, teacher, progress=False).bound
+            rows.append(dict(panel="a", series=f"instance bound tasks M={M}", x=r["eps"], y=lv, M=M,
+                             seed=seed, N=net.N, certificate=cert))
+            rows.append(dict(panel="b", series=f"instance ratio tasks M={M}", x=r["eps"], y=lv / cert, M=M,
+                             seed=seed, N=net.N))
+    return rows
 
 
 def compute(p: sweep_data.SweepPlan, progress: bool | None = None) -> tuple[list[dict], dict]:
@@ -33,17 +70,23 @@ def compute(p: sweep_data.SweepPlan, progress: bool | None = None) -> tuple[list
                   seed=r["seed"], N=r["N"]) for r in sweep]
     lo, hi = min(sc.eps), max(sc.eps)
     rows += [dict(panel="a", series="y = eps", x=e, y=e) for e in (lo, hi)]
+    instance = instance_rows(sc, sweep)
+    rows += instance
+    zk_rows = [r for r in instance if r["series"].startswith("instance bound Z_K")]
 
     ratios = [r["measured_over_certificate"] for r in sweep]
     fits = [f for f in fit_scaling(sweep, sc) if f.name == ERROR_FIT]
     checks = {"certificate <= eps (every point)": all(r["certificate_le_eps"] for r in sweep),
               "measured <= certificate (every point)": all(r["measured_le_certificate"] for r in sweep),
-              "measured error slope in N <= -2": all(f.agrees for f in fits)}
+              "measured error slope in N <= -2": all(f.agrees for f in fits),
+              "measured <= instance bound <= certificate (smallest M)": all(
+                  r["measured"] <= r["y"] * (1 + 1e-9) and r["y"] <= r["certificate"] for r in zk_rows)}
     meta = dict(sweep=sc, measure=dict(p.measure), checks=checks,
                 measured_over_certificate=dict(min=min(ratios), max=max(ratios)),
                 certificate_over_eps=dict(min=min(r["certificate"] / r["eps"] for r in sweep),
                                           max=max(r["certificate"] / r["eps"] for r in sweep)),
-                fits=[vars(f) | dict(agrees=f.agrees) for f in fits])
+                fits=[vars(f) | dict(agrees=f.agrees) for f in fits],
+                instance_bound=dict(M=min(sc.M), seed=sc.seeds[0], zk_seconds=ZK_SECONDS))
     return rows, meta
 
 
@@ -54,14 +97,21 @@ def plot(rows: list[dict], meta: dict, sc):
     plot_series(ax, rows, "y = eps", "a", color="k", lw=1.2, label="y = ε")
     plot_series(ax, rows, "certificate", "a", ls="none", marker="_", color="k", ms=10, mew=1.5,
                 label="certificate I·C·a/N²")
+    M0 = meta["instance_bound"]["M"]
+    for kind, ls, label in (("Z_K", "-", "instance bound over Z_K"),
+                            ("tasks", ":", "instance bound over the family's tasks")):
+        if select(rows, f"instance bound {kind} M={M0}", "a"):
+            plot_series(ax, rows, f"instance bound {kind} M={M0}", "a", color="0.35", ls=ls, lw=1.3,
+                        label=f"{label}, M = {M0}")
+            plot_series(bx, rows, f"instance ratio {kind} M={M0}", "b", color="0.35", ls=ls, lw=1.3)
     for i, M in enumerate(sc.M):
         c, m = COLOURS[i % len(COLOURS)], MARKERS[i % len(MARKERS)]
         plot_series(ax, rows, f"measured M={M}", "a", ls="none", marker=m, mfc="none", mec=c, ms=6,
                     label=f"measured sup error (a lower estimate), M = {M}")
         plot_series(bx, rows, f"ratio M={M}", "b", ls="none", marker=m, mfc="none", mec=c, ms=6)
     ax.set(xscale="log", yscale="log", ylabel="sup ‖f − g‖∞",
-           title=f"Measured error and certificate vs ε  (I={sc.I}, H={sc.H}, O={sc.O}, K={sc.K[0]}, "
-                 f"{len(sc.seeds)} seed{'s' * (len(sc.seeds) > 1)})")
+           title=f"Measured error, instance bound, certificate vs ε  (I={sc.I}, H={sc.H}, O={sc.O}, "
+                 f"K={sc.K[0]}, {len(sc.seeds)} seed{'s' * (len(sc.seeds) > 1)})")
     ax.invert_xaxis()  # smaller ε to the right, as 1/ε grows in figure 1
     ax.legend(loc="upper right", fontsize=8, framealpha=0.9)
     ax.grid(True, which="major", alpha=0.3)
@@ -73,7 +123,7 @@ def plot(rows: list[dict], meta: dict, sc):
     ax.text(0.02, 0.03, "\n".join(lines), transform=ax.transAxes, va="bottom", ha="left", fontsize=8,
             family="monospace", bbox=dict(boxstyle="round", fc="white", ec="0.7"))
     bx.axhline(1.0, color="k", lw=1.0)
-    bx.set(xscale="log", xlabel="ε", ylabel="measured / certificate", ylim=(0.0, 1.05))
+    bx.set(xscale="log", xlabel="ε", ylabel="÷ certificate", ylim=(0.0, 1.05))
     bx.grid(True, which="major", alpha=0.3)
     return fig
 
