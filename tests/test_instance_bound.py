@@ -17,7 +17,7 @@ from constructions.shallow import build_shallow
 from constructions.tasks.hyperteacher import HyperteacherConfig, sample_hyperteacher
 from tests.strategies import FAST, random_tasks
 from theory.bounds import certificate
-from theory.instance import beta, box_bound, task_bound, task_phases
+from theory.instance import beta, box_bound, gamma_bound, kink_values, task_bound, task_phases
 from theory.instance import phase_form_error as theory_phase_form_error
 from verify import bound
 from verify.instance import guided_search, levels_bound, zk_bound
@@ -229,3 +229,22 @@ def test_cli_prints_the_bracket_and_refuses_other_constructions(capsys):
     assert "bracket" in capsys.readouterr().out
     assert bound.main(argv + ["--construction", "optimal"]) == 2
     assert "--bound instance covers" in capsys.readouterr().err
+
+
+@settings(max_examples=EXAMPLES, deadline=None)
+@given(case=tiny(max_io=3), seed=st.integers(0, 2**16))
+def test_gamma_bound_is_the_max_over_every_vertex_and_between_the_truth_and_task_bound(case, seed):
+    teacher, net = case
+    z, _ = random_tasks(teacher, 1, seed)
+    z = z.numpy()
+    N, C, H, O = N_of(net), net.C, teacher.H, teacher.O
+    phi = task_phases(teacher.W, teacher.K, C, N, z)
+    kinks = kink_values(phi)[0]  # (I, 2H, H)
+    outputs = np.stack([np.zeros(O, dtype=np.int64), np.arange(O)], axis=1)
+    value, exact = gamma_bound(kinks[None], teacher.A, C, N, outputs)
+    brute = max((np.einsum("ikh,h->ik", kinks, np.array(g) * teacher.A[:, o]).max(axis=1).sum())
+                for o in range(O) for g in itertools.product([0.0, 1.0], repeat=H)) * C / N**2
+    assert exact and value == pytest.approx(brute, rel=1e-12, abs=1e-18)
+    assert value <= task_bound(phi, teacher.A, C, N)[0] * (1 + 1e-12)
+    if teacher.I == 1:
+        assert grid_sup(net, teacher, z)[0] <= value + net.rounding_floor()

@@ -139,3 +139,58 @@ def phase_form_error(W: np.ndarray, b: np.ndarray, A: np.ndarray, K: int, C: flo
     c = (z @ W.reshape(M, I * H)).reshape(-1, I, H) / math.sqrt(K)
     p = np.einsum("bi,bih->bh", x, c) + z @ b / math.sqrt(K)
     return (np.maximum(p + delta, 0.0) - np.maximum(p, 0.0)) @ A
+
+
+# The exact bound over γ (see `gamma_bound`) keeps at most this many partial assignments at
+# once; past it, it stops and returns the largest bound of those it keeps (still sound).
+GAMMA_FRONTIER = 2**16
+
+
+def kink_values(phi: np.ndarray) -> np.ndarray:
+    """B(θ, φ_ih) at every kink θ ∈ {+φ_ij, −φ_ij} of each task: (T, I, 2H kinks, H)."""
+    s = phi[..., :, None] + phi[..., None, :]
+    d = phi[..., :, None] - phi[..., None, :]
+    s -= np.floor(s)
+    d -= np.floor(d)
+    B = 4.0 * (s - d) * (1.0 - s - d)
+    return np.concatenate([B, -B], axis=-2)  # B(−φ_j, φ_h) = −B(φ_j, φ_h)
+
+
+def gamma_bound(kinks: np.ndarray, A: np.ndarray, C: float, N: int, outputs: np.ndarray,
+                above: float = 0.0) -> tuple[float, bool]:
+    """max over the tasks' outputs (`outputs`: (P, 2) rows of (task, o) into kinks (T, I, 2H, H))
+    of (C/N²)·max_{γ ∈ {0,1}^H} Σ_i max_θ Σ_h γ_h·A_ho·B(θ, φ_ih), or `above` if nothing
+    exceeds it. Returns (value, exact).
+
+    Why it bounds the error: σ(f − g)_o = Σ_h σA_ho·γ_h·δ_h with γ_h ∈ [0, 1] (fact 1), and
+    for fixed γ the sum separates over i with each θ_i free; the max over γ of that convex
+    function of γ is at a vertex. It is task_bound without the relaxation (Σ_i a_i)⁺ ≤ Σ_i a_i⁺,
+    about 0.28 against 0.42 of the certificate on the default instance's worst task. σ drops
+    out: −σ is the mirrored kink. Breadth-first branch and bound over γ, the A_ho of largest
+    size first; a node's bound is task_bound's with γ fixed where assigned."""
+    T, I, K2, H = kinks.shape
+    scale = C / N**2
+    best = above / scale
+    task, o = outputs[:, 0], outputs[:, 1]
+    order = np.argsort(-np.abs(A), axis=0)[:, o].T  # (P, H): each output's own order
+    c = kinks[task] * A.T[o][:, None, None, :]  # (P, I, 2H, H)
+    c = np.take_along_axis(c, order[:, None, None, :], axis=3)
+    # rest[:, d]: Σ of c⁺ over the h not yet assigned at depth d.
+    rest = np.concatenate([np.cumsum(np.maximum(c, 0.0)[..., ::-1], axis=3)[..., ::-1],
+                           np.zeros(c.shape[:3] + (1,))], axis=3)
+    pair = np.arange(len(outputs))
+    P = np.zeros((len(outputs), I, K2))
+    keep = (P + rest[pair, ..., 0]).max(axis=2).sum(axis=1) > best
+    pair, P = pair[keep], P[keep]
+    for d in range(H):
+        pair = np.concatenate([pair, pair])
+        P = np.concatenate([P, P + c[pair[len(pair) // 2:], ..., d]])
+        best = max(best, P.max(axis=2).sum(axis=1).max(initial=best))  # the rest at γ = 0: a vertex
+        bound = (P + rest[pair, ..., d + 1]).max(axis=2).sum(axis=1)
+        keep = bound > best
+        pair, P = pair[keep], P[keep]
+        if len(P) == 0:
+            return best * scale, True
+        if len(P) > GAMMA_FRONTIER:
+            return max(best, float(bound[keep].max())) * scale, False
+    return best * scale, True

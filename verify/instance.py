@@ -22,7 +22,16 @@ import numpy as np
 import torch
 
 from constructions.tasks.hyperteacher import enumerate_supports
-from theory.instance import beta, box_bound, phase_form_error, phase_slopes, task_bound, task_phases
+from theory.instance import (
+    beta,
+    box_bound,
+    gamma_bound,
+    kink_values,
+    phase_form_error,
+    phase_slopes,
+    task_bound,
+    task_phases,
+)
 from verify.cli import phase
 from verify.cli import progress as progress_bar
 
@@ -64,39 +73,82 @@ def _phase_form_or_raise(net) -> tuple[int, float]:
     return form
 
 
-def levels_bound(net, teacher, keep: int = 8, progress: bool | None = None) -> InstanceBound:
-    """max over every task of the family of task_bound: its sup error on those tasks. The
-    `keep` tasks of largest bound are kept (top_z), for guided_search to aim at."""
+def level_tasks(M: int, K: int, levels: np.ndarray) -> tuple[np.ndarray, list[np.ndarray]]:
+    """The family's tasks as (support rows (S, K) padded with -1, weight tuples per size):
+    task (s, t) is support s with tuples[size − 1][t] on it."""
+    tuples = [np.array(list(itertools.product(levels, repeat=k))) for k in range(1, K + 1)]
+    return enumerate_supports(M, K), tuples
+
+
+def _level_z(supports: np.ndarray, tuples: list[np.ndarray], s: np.ndarray, t: np.ndarray,
+             M: int) -> np.ndarray:
+    z = np.zeros((len(s), M))
+    for k, tup in enumerate(tuples, start=1):
+        rows = np.flatnonzero((supports[s] >= 0).sum(axis=1) == k)
+        z[rows[:, None], supports[s[rows], :k]] = tup[t[rows]]
+    return z
+
+
+def levels_bound(net, teacher, seconds: float = 30.0, keep: int = 8,
+                 progress: bool | None = None) -> InstanceBound:
+    """An upper bound on the sup error over every task of the family, in two passes.
+    1. task_bound of every task (vectorised).
+    2. gamma_bound, which drops task_bound's loosest relaxation, on the tasks in descending
+       order of their task_bound, for about `seconds`: the answer is the largest gamma_bound
+       seen, or the task_bound of the first task not reached if that is larger. It is exact
+       (for this bound) once every task whose task_bound exceeds it has been refined.
+    The `keep` tasks of largest bound are kept (top_z), for guided_search to aim at."""
     if teacher.weights == "continuous":
         raise ValueError("continuous weights have no finite set of levels: use zk_bound")
     N, C = _phase_form_or_raise(net)
     start = time.perf_counter()
-    M, K, I, H = teacher.M, teacher.K, teacher.I, teacher.H
-    levels = teacher.weight_values
-    supports = enumerate_supports(M, K)
+    M, K, I, H, O = teacher.M, teacher.K, teacher.I, teacher.H, teacher.O
+    supports, tuples = level_tasks(M, K, teacher.weight_values)
     sizes = (supports >= 0).sum(axis=1)
     per_call = max(1, TASK_ROWS // (2 * I * H * H))
-    top_b, top_z, n_tasks = np.zeros(0), np.zeros((0, M)), 0
+    task_s, task_t, first = [], [], []
     bar = progress_bar(len(supports), "instance bound (levels)", progress, unit="support")
     for k in range(1, K + 1):
-        sup_k = supports[sizes == k][:, :k]
-        tuples = np.array(list(itertools.product(levels, repeat=k)))  # (L^k, k)
-        rows_per_support = len(tuples)
-        step = max(1, per_call // rows_per_support)
-        for s in range(0, len(sup_k), step):
-            block = sup_k[s:s + step]
-            z = np.zeros((len(block) * rows_per_support, M))
-            np.put_along_axis(z, np.repeat(block, rows_per_support, axis=0),
-                              np.tile(tuples, (len(block), 1)), axis=1)
-            b = task_bound(task_phases(teacher.W, K, C, N, z), teacher.A, C, N)
-            top_b, top_z = np.concatenate([top_b, b]), np.concatenate([top_z, z])
-            order = np.argsort(-top_b)[:keep]
-            top_b, top_z = top_b[order], top_z[order]
-            n_tasks += len(z)
-            bar.update(len(block))
+        rows_k = np.flatnonzero(sizes == k)
+        n_t = len(tuples[k - 1])
+        step = max(1, per_call // n_t)
+        for s in range(0, len(rows_k), step):
+            sup_rows = np.repeat(rows_k[s:s + step], n_t)
+            tup_rows = np.tile(np.arange(n_t), len(rows_k[s:s + step]))
+            z = _level_z(supports, tuples, sup_rows, tup_rows, M)
+            first.append(task_bound(task_phases(teacher.W, K, C, N, z), teacher.A, C, N))
+            task_s.append(sup_rows)
+            task_t.append(tup_rows)
+            bar.update(len(rows_k[s:s + step]))
     bar.close()
-    return InstanceBound(bound=float(top_b[0]), task_set="levels", z=top_z[0], pieces=n_tasks,
-                         seconds=time.perf_counter() - start, top_z=top_z)
+    first, task_s, task_t = np.concatenate(first), np.concatenate(task_s), np.concatenate(task_t)
+    order = np.argsort(-first, kind="stable")
+    top_z = _level_z(supports, tuples, task_s[order[:keep]], task_t[order[:keep]], M)
+    first_seconds = time.perf_counter() - start
+
+    # Pass 2: the exact bound over γ, largest task_bound first.
+    best, refined, outputs = 0.0, 0, np.stack([np.zeros(O, dtype=np.int64), np.arange(O)], axis=1)
+    exact = True
+    bar = progress_bar(None, "instance bound (levels, over γ)", progress, unit="task")
+    deadline = time.perf_counter() + seconds
+    while refined < len(order) and first[order[refined]] > best and time.perf_counter() < deadline:
+        r = order[refined]
+        z = _level_z(supports, tuples, task_s[r:r + 1], task_t[r:r + 1], M)
+        kinks = kink_values(task_phases(teacher.W, K, C, N, z))
+        value, done = gamma_bound(kinks, teacher.A, C, N, outputs, above=best)
+        best, exact = max(best, value), exact and done
+        refined += 1
+        bar.update(1)
+        next_first = first[order[refined]] if refined < len(order) else 0.0
+        bar.set_postfix_str(f"bound {max(best, next_first):.3e}", refresh=False)
+    bar.close()
+    unreached = first[order[refined]] if refined < len(order) else 0.0
+    bound = max(best, unreached)
+    return InstanceBound(bound=float(bound), task_set="levels", z=top_z[0], pieces=len(first),
+                         seconds=time.perf_counter() - start, top_z=top_z,
+                         settings=dict(first_pass=float(first[order[0]]), first_pass_seconds=first_seconds,
+                                       refined=refined, refined_exact=exact and unreached <= best,
+                                       seconds=seconds))
 
 
 def zk_bound(net, teacher, seconds: float = 30.0, grid: int = 256, split_batch: int = 256,
@@ -225,7 +277,8 @@ def add_instance_bound(report: dict, net, teacher, seconds: float, guided_tasks:
     zk = zk_bound(net, teacher, seconds=seconds, progress=progress)
     cert = report["certificate"]
     upper = min(zk.bound, cert)  # both are sound upper bounds
-    lv = levels_bound(net, teacher, progress=progress) if teacher.weights != "continuous" else None
+    has_levels = teacher.weights != "continuous"
+    lv = levels_bound(net, teacher, seconds=seconds, progress=progress) if has_levels else None
     with phase("guided search", progress):
         start = time.perf_counter()
         no_levels = (-1.0, None, None)
@@ -245,6 +298,8 @@ def add_instance_bound(report: dict, net, teacher, seconds: float, guided_tasks:
     if lv is not None:
         entry["levels"] = dict(lower=on_levels[0], upper=lv.bound, upper_over_lower=lv.bound / on_levels[0],
                                tasks=lv.pieces, over_certificate=lv.bound / cert, seconds=lv.seconds,
+                               first_pass=lv.settings["first_pass"], refined=lv.settings["refined"],
+                               refined_exact=lv.settings["refined_exact"],
                                worst_support=[int(k) for k in np.flatnonzero(lv.z)],
                                worst_values=[float(v) for v in lv.z[lv.z > 0]])
     report["instance_bound"] = entry
