@@ -9,7 +9,7 @@ import json
 import numpy as np
 import pytest
 import torch
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from constructions.deep import build_deep
@@ -248,3 +248,20 @@ def test_gamma_bound_is_the_max_over_every_vertex_and_between_the_truth_and_task
     assert value <= task_bound(phi, teacher.A, C, N)[0] * (1 + 1e-12)
     if teacher.I == 1:
         assert grid_sup(net, teacher, z)[0] <= value + net.rounding_floor()
+
+
+@settings(max_examples=max(3, EXAMPLES // 2), deadline=None)
+@given(case=tiny(max_io=2, max_M=2))
+def test_the_instance_bounds_are_above_the_exact_sup_by_milp(case):
+    """Against verify.exact_sup's MILP: on the family's tasks its sup is exact, and over Z_K
+    its lower end is an error the network has."""
+    from verify.exact_sup import exact_sup, work_estimate
+
+    teacher, net = case
+    assume(work_estimate(net, teacher, grid=2, max_cells=4)["work"] <= 5_000)
+    floor = net.rounding_floor()
+    on_levels = exact_sup(net, teacher, task_set="levels", time_limit=5.0)
+    assert on_levels["on_levels"] and on_levels["proven"]
+    assert on_levels["upper"] <= levels_bound(net, teacher, seconds=1.0, progress=False).bound + floor
+    over_zk = exact_sup(net, teacher, grid=2, max_cells=4, time_limit=5.0)
+    assert over_zk["lower"] <= zk_bound(net, teacher, seconds=1.0, progress=False).bound + floor
