@@ -81,14 +81,22 @@ def task_bound(phi: np.ndarray, A: np.ndarray, C: float, N: int) -> np.ndarray:
     d = phi[..., :, None] - phi[..., None, :]
     s -= np.floor(s)
     d -= np.floor(d)
-    B = 4.0 * (s - d) * (1.0 - s - d)  # β(s) − β(d), factored
+    # B = β(s) − β(d) = 4(s − d)(1 − s − d), in place: it is symmetric in (j, h) (β is even),
+    # so it serves as its own transpose below, and each reduction runs over a last axis.
+    total = s + d
+    s -= d
+    np.subtract(1.0, total, out=total)
+    s *= total
+    s *= 4.0
+    B = s
     # At θ = +φ_ij with σ = +1: Σ_h (A_ho·B)⁺ = Σ_h B⁺|A_ho| − Σ_h B·A⁻_ho; with σ = −1 (the
     # kink at −φ_ij with σ = +1) the same with A⁺ for A⁻.
     O = A.shape[1]
-    shared = np.maximum(B, 0.0) @ np.abs(A)  # (T, I, j, O)
-    signed = B @ np.concatenate([np.maximum(-A, 0.0), np.maximum(A, 0.0)], axis=1)  # (T, I, j, 2O)
-    per_i = (shared - np.minimum(signed[..., :O], signed[..., O:])).max(axis=2)  # (T, I, O)
-    return per_i.sum(axis=1).max(axis=1) * (C / N**2)
+    shared = np.abs(A).T @ np.maximum(B, 0.0)  # (T, I, O, j)
+    signed = np.concatenate([np.maximum(-A, 0.0), np.maximum(A, 0.0)], axis=1).T @ B  # (T, I, 2O, j)
+    np.minimum(signed[..., :O, :], signed[..., O:, :], out=signed[..., :O, :])
+    shared -= signed[..., :O, :]
+    return shared.max(axis=-1).sum(axis=1).max(axis=1) * (C / N**2)  # best kink, then Σ_i, then o
 
 
 def _beta_range(lo, hi):
