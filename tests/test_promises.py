@@ -249,6 +249,8 @@ README_SECTIONS = {  # CLI module -> the heading of its README section
     "verify.bench": "## Speed",
     "paper_figures.__main__": "## Figures: `python -m paper_figures`",
     "verify.study": "## Studies: the paper's sweeps, `python -m verify.study`",
+    "verify.exact_sup": "## How tight is the certificate? `--bound instance` and "
+                        "`python -m verify.exact_sup`",
 }
 
 

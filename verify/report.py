@@ -54,9 +54,10 @@ def _instance_bound_lines(r: dict) -> list[str]:
         lines += [
             f"bracket tasks {lv['lower']:.3e} ≤ sup over the family's {lv['tasks']:,} tasks "
             f"≤ {lv['upper']:.3e} = {lv['over_certificate']:.3f} × certificate",
-            f"              upper ÷ lower = {lv['upper_over_lower']:.2f}; upper: task bound "
-            f"{lv['first_pass'] / cert:.3f} × certificate, then exact over γ on the {lv['refined']:,} "
-            f"tasks above it{'' if lv['refined_exact'] else ' (until time ran out)'} ({lv['seconds']:.1f} s)",
+            f"              upper ÷ lower = {lv['upper_over_lower']:.2f}; upper: task_bound (≤ "
+            f"{lv['first_pass'] / cert:.3f} × certificate) on every task, gamma_bound on the "
+            f"{lv['refined']:,} largest{'' if lv['refined_exact'] else ' (then time ran out)'} "
+            f"({lv['seconds']:.1f} s)",
         ]
     lines.append(f"guided search {g['error']:.3e} = {g['error'] / cert:.3f} × certificate on "
                  f"{g['tasks']} tasks ({g['seconds']:.1f} s)")
