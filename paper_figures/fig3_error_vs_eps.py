@@ -102,7 +102,7 @@ def plot(rows: list[dict], meta: dict, sc):
                             ("tasks", ":", "instance bound over the family's tasks")):
         if select(rows, f"instance bound {kind} M={M0}", "a"):
             plot_series(ax, rows, f"instance bound {kind} M={M0}", "a", color="0.35", ls=ls, lw=1.3,
-                        label=f"{label}, M = {M0}")
+                        label=f"{label}, M = {M0}, seed {meta['instance_bound']['seed']}")
             plot_series(bx, rows, f"instance ratio {kind} M={M0}", "b", color="0.35", ls=ls, lw=1.3)
     for i, M in enumerate(sc.M):
         c, m = COLOURS[i % len(COLOURS)], MARKERS[i % len(MARKERS)]
@@ -110,7 +110,7 @@ def plot(rows: list[dict], meta: dict, sc):
                     label=f"measured sup error (a lower estimate), M = {M}")
         plot_series(bx, rows, f"ratio M={M}", "b", ls="none", marker=m, mfc="none", mec=c, ms=6)
     ax.set(xscale="log", yscale="log", ylabel="sup ‖f − g‖∞",
-           title=f"Measured error, instance bound, certificate vs ε  (I={sc.I}, H={sc.H}, O={sc.O}, "
+           title=f"Sup error vs ε  (I={sc.I}, H={sc.H}, O={sc.O}, "
                  f"K={sc.K[0]}, {len(sc.seeds)} seed{'s' * (len(sc.seeds) > 1)})")
     ax.invert_xaxis()  # smaller ε to the right, as 1/ε grows in figure 1
     ax.legend(loc="upper right", fontsize=8, framealpha=0.9)
