@@ -2,13 +2,16 @@
 
 Two task sets:
 - `levels_bound`: every task of the family (every support, every tuple of weight levels),
-  each bounded exactly over x by `task_bound`. Sound for the family's own tasks only.
+  each bounded over x by `task_bound`, then as many as time allows, largest first, by the
+  tighter `gamma_bound`. Sound for the family's own tasks only.
 - `zk_bound`: all of Z_K, by branch and bound over boxes of the support weights: each box's
   phases φ_ih are linear in z, so their ranges are exact, and `box_bound` bounds the error
   over the box. The largest box bound is the answer whenever the search stops, so a time
   budget only makes it looser, never unsound.
 Both apply to the networks whose error has the phase form: the shallow construction (either
 variant) and the deep one, which computes the shallow network with N = 2^(m+1) on the box.
+`guided_search` is the lower end they aim: an error the network really has, found where the
+bound says it is largest. `add_instance_bound` puts the bracket into verify.bound's report.
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ from verify.cli import progress as progress_bar
 
 # Rows of box_bound's (T, I, G, H) arrays per call: about 130 MB of temporaries at G = 256.
 BOX_ROWS = 2**21
-TASK_ROWS = 2**20  # rows of task_bound's (T, I, 2H, H) arrays per call
+TASK_ROWS = 2**20  # rows of task_bound's (T, I, H, H) arrays per call, times 2
 
 
 @dataclass
@@ -206,7 +209,6 @@ def zk_bound(net, teacher, seconds: float = 30.0, grid: int = 256, split_batch: 
     return InstanceBound(bound=float(b[i]), task_set="Z_K", z=z, pieces=n_boxes,
                          seconds=time.perf_counter() - start, resolution=float(b.max() / centre_b.max()),
                          settings=dict(seconds=seconds, grid=grid, split_batch=split_batch))
-
 
 
 def guided_search(net, teacher, z: np.ndarray, starts: int = 2, sweeps: int = 3,
