@@ -288,6 +288,7 @@ def add_instance_bound(report: dict, net, teacher, seconds: float, guided_tasks:
         at_measured = guided_search(net, teacher, measured_z[None])
         guided_seconds = time.perf_counter() - start
     guided = max(on_levels, at_measured, key=lambda r: r[0])
+    n_guided = (len(lv.top_z[:guided_tasks]) if lv is not None else 0) + 1
     lower = max(m["sup_error"], guided[0])
     entry = dict(
         Z_K=dict(lower=lower, upper=upper, upper_over_lower=upper / lower if lower > 0 else math.inf,
@@ -295,7 +296,7 @@ def add_instance_bound(report: dict, net, teacher, seconds: float, guided_tasks:
                  branch_and_bound=zk.bound, boxes=zk.pieces, resolution=zk.resolution,
                  over_certificate=upper / cert, seconds=zk.seconds),
         guided=dict(error=guided[0], x=guided[1], z_support=[int(k) for k in np.flatnonzero(guided[2])],
-                    z_values=[float(v) for v in guided[2][guided[2] > 0]], tasks=guided_tasks + 1,
+                    z_values=[float(v) for v in guided[2][guided[2] > 0]], tasks=n_guided,
                     seconds=guided_seconds))
     if lv is not None:
         entry["levels"] = dict(lower=on_levels[0], upper=lv.bound, upper_over_lower=lv.bound / on_levels[0],
