@@ -60,7 +60,7 @@ def _instance_bound_lines(r: dict) -> list[str]:
             f"({lv['seconds']:.1f} s)",
         ]
     lines.append(f"guided search {g['error']:.3e} = {g['error'] / cert:.3f} × certificate on "
-                 f"{g['tasks']} tasks ({g['seconds']:.1f} s)")
+                 f"{g['tasks']} task{'s' * (g['tasks'] != 1)} ({g['seconds']:.1f} s)")
     return lines
 
 
