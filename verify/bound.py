@@ -80,8 +80,10 @@ def build_parser() -> cli.Parser:
     return p
 
 
-def parse_args(argv) -> object:
-    args = build_parser().parse_args(argv)
+def check_teacher_and_construction(args) -> None:
+    """Fill in --constants and refuse a teacher or construction that cannot be built (the
+    checks every CLI that builds a construction from these flags shares: this one and
+    verify.exact_sup)."""
     if args.constants is None:
         args.constants = default_constants(args.construction)
     for name, allowed in (("construction", CONSTRUCTIONS), ("weights", WEIGHTS), ("encoding", ENCODINGS),
@@ -96,6 +98,11 @@ def parse_args(argv) -> object:
     if args.layers > 1 and args.construction not in blocks:
         raise UsageError(f"multi-layer teachers are built with {' or '.join(blocks)} blocks only; "
                          f"--construction {args.construction} needs --layers 1")
+
+
+def parse_args(argv) -> object:
+    args = build_parser().parse_args(argv)
+    check_teacher_and_construction(args)
     covered = INSTANCE_BOUND_CONSTRUCTIONS
     if args.bound == "instance" and (args.construction not in covered or args.layers > 1):
         raise UsageError(f"--bound instance covers --construction {' or '.join(covered)} with --layers 1; "

@@ -57,8 +57,6 @@ from constructions.names import (
     CONSTRUCTIONS,
     ENCODINGS,
     WEIGHTS,
-    default_constants,
-    multi_layer_blocks,
 )
 from theory.bounds import CONSTANTS, VARIANTS
 from theory.lipschitz import affine_interval, teacher_z_lipschitz
@@ -413,19 +411,10 @@ def build_parser() -> cli.Parser:
 
 
 def parse_args(argv) -> object:
+    from verify.bound import check_teacher_and_construction
+
     args = build_parser().parse_args(argv)
-    if args.constants is None:
-        args.constants = default_constants(args.construction)
-    for name, allowed in (("construction", CONSTRUCTIONS), ("weights", WEIGHTS), ("encoding", ENCODINGS),
-                          ("variant", VARIANTS), ("constants", CONSTANTS)):
-        if getattr(args, name) not in allowed:
-            raise UsageError(f"--{name} must be one of {', '.join(allowed)}; got {getattr(args, name)!r}")
-    if args.K > args.M:
-        raise UsageError(f"--K must be at most --M (got K={args.K}, M={args.M})")
-    blocks = multi_layer_blocks()
-    if args.layers > 1 and args.construction not in blocks:
-        raise UsageError(f"multi-layer teachers are built with {' or '.join(blocks)} blocks only; "
-                         f"--construction {args.construction} needs --layers 1")
+    check_teacher_and_construction(args)
     if args.task_set == "Z_K" and args.construction == "exact":
         raise UsageError("--construction exact claims nothing off the weight levels: use --task-set levels")
     return args
