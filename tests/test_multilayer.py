@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from constructions import HyperteacherConfig, build_shallow, sample_hyperteacher
 from constructions.base import count_hidden_units
 from constructions.multilayer import MultiLayerConstruction, build_multilayer
-from constructions.tasks.hyperteacher import dense_latents, enumerate_supports
+from constructions.tasks.hyperteacher import TeacherBase, dense_latents, enumerate_supports
 from constructions.tasks.multilayer import MultiLayerHyperteacher, sample_multilayer_hyperteacher
 from tests.strategies import FAST_COARSE_GRID as FAST
 from tests.strategies import random_tasks, small_configs
@@ -39,6 +39,23 @@ def test_one_layer_is_the_single_layer_teacher_and_layers_do_not_depend_on_L(tmp
     three.save_npz(tmp_path / "t.npz")
     loaded = MultiLayerHyperteacher.load_npz(tmp_path / "t.npz")
     assert torch.equal(loaded.forward(z, x), three.forward(z, x)) and loaded.encoding == "orthogonal"
+
+
+def test_both_teachers_read_their_sizes_weights_and_encoding_from_one_base():
+    """The shared properties live once (TeacherBase); each teacher only names its layers, and a
+    single-layer teacher still has no Ws (build_multilayer refuses it by that)."""
+    cfg = HyperteacherConfig(I=3, H=4, O=2, M=5, K=2, weights="continuous", encoding="orthogonal", seed=7)
+    single, three = sample_hyperteacher(cfg), sample_multilayer_hyperteacher(cfg, 3)
+    assert isinstance(single, TeacherBase) and isinstance(three, TeacherBase)
+    for teacher in (single, three):
+        assert (teacher.M, teacher.I, teacher.H, teacher.O, teacher.K) == (5, 3, 4, 2, 2)
+        assert teacher.n_supports() == 15 and np.array_equal(teacher.weight_values, [0.5, 1.0])
+    z = torch.rand(4, 5, dtype=torch.float64)
+    assert torch.equal(single.encode(z), three.encode(z))
+    assert torch.equal(single.encode(z), z @ torch.as_tensor(single.Q).T)
+    assert not hasattr(single, "Ws") and not hasattr(single, "L")
+    wide = sample_multilayer_hyperteacher(dataclasses.replace(cfg, H=6), 2)
+    assert wide.H == 6 and wide.sizes == (3, 6, 6)
 
 
 @given(cfg=small_configs(max_io=4, max_M=6), L=st.integers(1, 3), log_eps=st.floats(-3.0, 0.0),

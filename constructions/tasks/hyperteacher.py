@@ -44,33 +44,21 @@ class HyperteacherConfig:
             raise ValueError(f"encoding must be one of {', '.join(ENCODINGS)}; got {self.encoding!r}")
 
 
-@dataclass(frozen=True)
-class Hyperteacher:
-    """g(x, z) = ReLU(x·W(z̃) + b(z̃))·A with z̃ = z/√K. Arrays are float64 numpy."""
+class TeacherBase:
+    """What the single- and multi-layer hyperteachers share: their sizes, read off the arrays,
+    the task family's weight values and supports, and the encoding e(z).
 
-    W: np.ndarray  # (M, I, H)
-    b: np.ndarray  # (M, H)
-    A: np.ndarray  # (H, O)
-    K: int
-    weights: str = "discrete"
-    encoding: str = "identity"
-    Q: np.ndarray | None = None  # (M, M) orthogonal, e(z) = Q z
+    A subclass (a frozen dataclass) has the fields A (H, O), K, weights, encoding and Q, and
+    names its modules' weight arrays, first layer first, in `_layer_weights`.
+    """
 
-    @property
-    def M(self) -> int:
-        return self.W.shape[0]
+    def _layer_weights(self) -> tuple[np.ndarray, ...]:
+        raise NotImplementedError
 
-    @property
-    def I(self) -> int:  # noqa: E743 - the paper's name for the input size
-        return self.W.shape[1]
-
-    @property
-    def H(self) -> int:
-        return self.W.shape[2]
-
-    @property
-    def O(self) -> int:  # noqa: E743 - the paper's name for the output size
-        return self.A.shape[1]
+    M = property(lambda self: self._layer_weights()[0].shape[0], doc="number of modules")
+    I = property(lambda self: self._layer_weights()[0].shape[1], doc="input size")
+    H = property(lambda self: self._layer_weights()[-1].shape[2], doc="hidden size (of the last layer)")
+    O = property(lambda self: self.A.shape[1], doc="output size")
 
     @property
     def weight_values(self) -> np.ndarray:
@@ -81,6 +69,22 @@ class Hyperteacher:
 
     def encode(self, z):
         return encode(self.Q, z)
+
+
+@dataclass(frozen=True)
+class Hyperteacher(TeacherBase):
+    """g(x, z) = ReLU(x·W(z̃) + b(z̃))·A with z̃ = z/√K. Arrays are float64 numpy."""
+
+    W: np.ndarray  # (M, I, H)
+    b: np.ndarray  # (M, H)
+    A: np.ndarray  # (H, O)
+    K: int
+    weights: str = "discrete"
+    encoding: str = "identity"
+    Q: np.ndarray | None = None  # (M, M) orthogonal, e(z) = Q z
+
+    def _layer_weights(self) -> tuple[np.ndarray, ...]:
+        return (self.W,)
 
     def forward(self, z: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
         """g(x, z) for rows of z (B, M) and x (B, I), on x's device; differentiable in both."""

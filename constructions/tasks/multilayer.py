@@ -13,16 +13,14 @@ import torch
 
 from constructions.tasks.hyperteacher import (
     HyperteacherConfig,
-    encode,
-    n_supports,
+    TeacherBase,
     sample_hyperteacher,
     truncated_normal,
-    weight_values,
 )
 
 
 @dataclass(frozen=True)
-class MultiLayerHyperteacher:
+class MultiLayerHyperteacher(TeacherBase):
     """g(x, z) = h^L·A with h^l = ReLU(h^{l-1}·W^l(z̃) + b^l(z̃)), h⁰ = x. Arrays are float64 numpy."""
 
     Ws: tuple  # L arrays (M, H_{l-1}, H)
@@ -33,21 +31,8 @@ class MultiLayerHyperteacher:
     encoding: str = "identity"
     Q: np.ndarray | None = None  # (M, M) orthogonal, e(z) = Q z
 
-    @property
-    def M(self) -> int:
-        return self.Ws[0].shape[0]
-
-    @property
-    def I(self) -> int:  # noqa: E743 - the paper's name for the input size
-        return self.Ws[0].shape[1]
-
-    @property
-    def H(self) -> int:
-        return self.Ws[-1].shape[2]
-
-    @property
-    def O(self) -> int:  # noqa: E743 - the paper's name for the output size
-        return self.A.shape[1]
+    def _layer_weights(self) -> tuple[np.ndarray, ...]:
+        return self.Ws
 
     @property
     def L(self) -> int:
@@ -70,16 +55,6 @@ class MultiLayerHyperteacher:
     def sizes(self) -> tuple[int, ...]:
         """(H_0 = I, H_1, ..., H_L)."""
         return (self.I,) + tuple(W.shape[2] for W in self.Ws)
-
-    @property
-    def weight_values(self) -> np.ndarray:
-        return weight_values(self.weights)
-
-    def n_supports(self) -> int:
-        return n_supports(self.M, self.K)
-
-    def encode(self, z):
-        return encode(self.Q, z)
 
     def activations(self, z: torch.Tensor, x: torch.Tensor) -> list[torch.Tensor]:
         """[h¹, ..., h^L] for rows of z (B, M) and x (B, I)."""
