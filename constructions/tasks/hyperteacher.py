@@ -44,13 +44,20 @@ class HyperteacherConfig:
             raise ValueError(f"encoding must be one of {', '.join(ENCODINGS)}; got {self.encoding!r}")
 
 
+@dataclass(frozen=True, kw_only=True)
 class TeacherBase:
-    """What the single- and multi-layer hyperteachers share: their sizes, read off the arrays,
-    the task family's weight values and supports, and the encoding e(z).
+    """What the single- and multi-layer hyperteachers share: the readout, K, the task family's
+    weights and encoding, the sizes read off the arrays, and teacher.npz's common entries.
 
-    A subclass (a frozen dataclass) has the fields A (H, O), K, weights, encoding and Q, and
-    names its modules' weight arrays, first layer first, in `_layer_weights`.
+    A subclass (a frozen, keyword-only dataclass) adds its modules' arrays and names their
+    weight arrays, first layer first, in `_layer_weights`.
     """
+
+    A: np.ndarray  # (H, O)
+    K: int
+    weights: str = "discrete"
+    encoding: str = "identity"
+    Q: np.ndarray | None = None  # (M, M) orthogonal, e(z) = Q z
 
     def _layer_weights(self) -> tuple[np.ndarray, ...]:
         raise NotImplementedError
@@ -70,18 +77,29 @@ class TeacherBase:
     def encode(self, z):
         return encode(self.Q, z)
 
+    def _save_npz(self, path, first: dict | None = None, after_K: dict | None = None,
+                  last: dict | None = None) -> None:
+        """teacher.npz: first, A, K, after_K, weights, weight_values, encoding, last, then Q if any."""
+        arrays = dict(first or {}, A=self.A, K=np.int64(self.K), **(after_K or {}),
+                      weights=np.str_(self.weights), weight_values=self.weight_values,
+                      encoding=np.str_(self.encoding), **(last or {}))
+        if self.Q is not None:
+            arrays["Q"] = self.Q
+        np.savez(path, **arrays)
 
-@dataclass(frozen=True)
+    @staticmethod
+    def _loaded_fields(f) -> dict:
+        """The base's fields from an open teacher.npz."""
+        return dict(A=f["A"], K=int(f["K"]), weights=str(f["weights"]), encoding=str(f["encoding"]),
+                    Q=f["Q"] if "Q" in f else None)
+
+
+@dataclass(frozen=True, kw_only=True)
 class Hyperteacher(TeacherBase):
     """g(x, z) = ReLU(x·W(z̃) + b(z̃))·A with z̃ = z/√K. Arrays are float64 numpy."""
 
     W: np.ndarray  # (M, I, H)
     b: np.ndarray  # (M, H)
-    A: np.ndarray  # (H, O)
-    K: int
-    weights: str = "discrete"
-    encoding: str = "identity"
-    Q: np.ndarray | None = None  # (M, M) orthogonal, e(z) = Q z
 
     def _layer_weights(self) -> tuple[np.ndarray, ...]:
         return (self.W,)
@@ -98,18 +116,12 @@ class Hyperteacher(TeacherBase):
         return hidden @ A
 
     def save_npz(self, path) -> None:
-        arrays = dict(W=self.W, b=self.b, A=self.A, K=np.int64(self.K),
-                      weights=np.str_(self.weights), weight_values=self.weight_values,
-                      encoding=np.str_(self.encoding))
-        if self.Q is not None:
-            arrays["Q"] = self.Q
-        np.savez(path, **arrays)
+        self._save_npz(path, first=dict(W=self.W, b=self.b))
 
     @classmethod
     def load_npz(cls, path) -> Hyperteacher:
         with np.load(path) as f:
-            return cls(W=f["W"], b=f["b"], A=f["A"], K=int(f["K"]), weights=str(f["weights"]),
-                       encoding=str(f["encoding"]), Q=f["Q"] if "Q" in f else None)
+            return cls(W=f["W"], b=f["b"], **cls._loaded_fields(f))
 
 
 def weight_values(weights: str) -> np.ndarray:

@@ -19,17 +19,12 @@ from constructions.tasks.hyperteacher import (
 )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class MultiLayerHyperteacher(TeacherBase):
     """g(x, z) = h^L·A with h^l = ReLU(h^{l-1}·W^l(z̃) + b^l(z̃)), h⁰ = x. Arrays are float64 numpy."""
 
     Ws: tuple  # L arrays (M, H_{l-1}, H)
     bs: tuple  # L arrays (M, H)
-    A: np.ndarray  # (H, O)
-    K: int
-    weights: str = "discrete"
-    encoding: str = "identity"
-    Q: np.ndarray | None = None  # (M, M) orthogonal, e(z) = Q z
 
     def _layer_weights(self) -> tuple[np.ndarray, ...]:
         return self.Ws
@@ -72,22 +67,17 @@ class MultiLayerHyperteacher(TeacherBase):
         return self.activations(z, x)[-1] @ torch.as_tensor(self.A, dtype=x.dtype)
 
     def save_npz(self, path) -> None:
-        arrays = dict(A=self.A, K=np.int64(self.K), L=np.int64(self.L), weights=np.str_(self.weights),
-                      weight_values=self.weight_values, encoding=np.str_(self.encoding))
+        layers = {}
         for l, (W, b) in enumerate(zip(self.Ws, self.bs, strict=True), start=1):
-            arrays[f"W{l}"], arrays[f"b{l}"] = W, b
-        if self.Q is not None:
-            arrays["Q"] = self.Q
-        np.savez(path, **arrays)
+            layers[f"W{l}"], layers[f"b{l}"] = W, b
+        self._save_npz(path, after_K=dict(L=np.int64(self.L)), last=layers)
 
     @classmethod
     def load_npz(cls, path) -> MultiLayerHyperteacher:
         with np.load(path) as f:
             L = int(f["L"])
             return cls(Ws=tuple(f[f"W{l}"] for l in range(1, L + 1)),
-                       bs=tuple(f[f"b{l}"] for l in range(1, L + 1)), A=f["A"], K=int(f["K"]),
-                       weights=str(f["weights"]), encoding=str(f["encoding"]),
-                       Q=f["Q"] if "Q" in f else None)
+                       bs=tuple(f[f"b{l}"] for l in range(1, L + 1)), **cls._loaded_fields(f))
 
 
 def sample_multilayer_hyperteacher(cfg: HyperteacherConfig, L: int) -> MultiLayerHyperteacher:
