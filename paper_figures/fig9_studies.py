@@ -8,10 +8,14 @@ paper's number for each encoding as a dashed mark at the right;
 (e) size-matched: SGD's held-out sup error ÷ the construction's at equal hidden units,
 against the construction's ε, one line per MLP shape;
 (f) convergence: every row's training R² against the 0.99 the studies require.
-Each point is the mean over seeds (bars: ± sd). A panel reads its study's `cpu` store;
-when that holds no finished run it falls back to the `smoke` store (running the smoke
-study, seconds, if that is empty too) and says so in its title: smoke runs train for 20
-steps and are no result. With --quick every panel is smoke data.
+Each point is the mean over seeds (bars: ± sd). A panel reads its study's `cpu` store (the
+working folder's verify/studies/results/STUDY/cpu, else the committed one shipped with the
+package); when that holds no finished run it falls back to the `smoke` store under the
+working folder (running the smoke study, seconds, if that is empty too) and says so in its
+title: smoke runs train for 20 steps and are no result. With --quick every panel is smoke
+data. A panel whose runs were made by other code than the installed one (another code
+fingerprint) or by unknown code says so in its title, and each point in the data carries
+its `code` (current, or how many of its runs are other/unknown).
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from pathlib import Path
 from paper_figures.common import COLOURS, MARKERS, FigureResult, finish, new_figure, plot_series, select
 from verify.effects import CONVERGED_R2, PAPER_ENCODING_R2, PAPER_SUPPORT_EFFECTS, effects_table
 from verify.store import RunStore
-from verify.study import default_out, expand, run_study
+from verify.study import code_fingerprint, default_out, expand, run_study, stored_out
 
 NAME = "fig9_studies"
 STUDIES = ("scaling-data", "scaling-model", "task-support", "scaling-law", "size-matched")
@@ -30,19 +34,19 @@ STUDIES = ("scaling-data", "scaling-model", "task-support", "scaling-law", "size
 def has_results(out: Path) -> bool:
     if not (out / "study.sqlite").is_file():
         return False
-    with RunStore(out / "study.sqlite") as store:
+    with RunStore(out / "study.sqlite", readonly=True) as store:
         return "done" in store.statuses().values()
 
 
 def table(study: str, quick: bool, progress: bool | None) -> dict:
     """The study's effects table at cpu scale, or at smoke scale (run now if need be), of
     the runs in the study's grid as it is now."""
-    if not quick and has_results(default_out(study, "cpu")):
+    if not quick and has_results(stored_out(study, "cpu")):
         keys = {r.key for r in expand(study, "cpu")[1]}
-        return effects_table(study, "cpu", default_out(study, "cpu"), keys)
+        return effects_table(study, "cpu", stored_out(study, "cpu"), keys, code_fingerprint())
     out = default_out(study, "smoke")
     run_study(study, "smoke", out, engine="serial", progress=progress)  # only what is missing
-    return effects_table(study, "smoke", out, {r.key for r in expand(study, "smoke")[1]})
+    return effects_table(study, "smoke", out, {r.key for r in expand(study, "smoke")[1]}, code_fingerprint())
 
 
 def compute(quick: bool, progress: bool | None) -> tuple[list[dict], dict]:
@@ -70,13 +74,15 @@ def compute(quick: bool, progress: bool | None) -> tuple[list[dict], dict]:
                              y=r[f"{metric}_mean"], sd=r[f"{metric}_sd"], runs=r["runs"],
                              split=r.get("split"), train_r2=r["train_r2_mean"], converged=r["converged"],
                              paper=r.get("paper_held_out_r2") or r.get("paper_effect"),
-                             effect_vs_random=r.get("effect_vs_random"), agrees=r.get("agrees")))
+                             effect_vs_random=r.get("effect_vs_random"), agrees=r.get("agrees"),
+                             code=r.get("code")))
     for j, study in enumerate(STUDIES):  # (f): each study's rows at its index, jittered apart
         trained = [r for r in tables[study]["rows"] if r["train_r2_mean"] is not None]
         for k, r in enumerate(trained):
             rows.append(dict(panel="f", study=study, scale=tables[study]["scale"], series=study,
                              x=j + 0.6 * (k + 0.5) / len(trained) - 0.3, y=r["train_r2_mean"],
-                             sd=r["train_r2_sd"], runs=r["runs"], converged=r["converged"]))
+                             sd=r["train_r2_sd"], runs=r["runs"], converged=r["converged"],
+                             code=r.get("code")))
     for enc in sorted({r["series"] for r in rows if r["panel"] == "b"} & set(PAPER_ENCODING_R2)):
         widest = max(r["x"] for r in rows if r["panel"] == "b" and r["series"] == enc)
         rows += [dict(panel="b", study="scaling-model", scale="paper", series=f"paper {enc}", x=widest * f,
@@ -84,14 +90,22 @@ def compute(quick: bool, progress: bool | None) -> tuple[list[dict], dict]:
     rows.sort(key=lambda r: (r["panel"], r["series"], r["x"]))  # each series in x order, as drawn
     meta = dict(checks={}, scales={s: tables[s]["scale"] for s in STUDIES},
                 runs={s: dict(done=tables[s]["runs_done"], failed=tables[s]["runs_failed"]) for s in STUDIES},
-                notes={s: tables[s]["notes"] for s in STUDIES})
+                notes={s: tables[s]["notes"] for s in STUDIES}, code_fingerprint=code_fingerprint(),
+                code={s: dict(other=tables[s]["runs_other_code"], unknown=tables[s]["runs_unknown_code"],
+                              done=tables[s]["runs_done"]) for s in STUDIES})
     return rows, meta
+
+
+def code_mark(code: dict) -> str:
+    """A panel title's mark when some of its runs were made by other or unknown code."""
+    parts = [f"{code[k]} of {code['done']} runs: {k} code" for k in ("other", "unknown") if code[k]]
+    return f"\n[{'; '.join(parts)}]" if parts else ""
 
 
 def _title(text: str, study: str, meta: dict) -> str:
     scale = meta["scales"][study]
     mark = "\n[SMOKE DATA: 20-step runs, no result]" if scale == "smoke" else f" ({scale} scale)"
-    return text + mark
+    return text + mark + code_mark(meta["code"][study])
 
 
 def plot(rows: list[dict], meta: dict):
@@ -135,8 +149,11 @@ def plot(rows: list[dict], meta: dict):
     fx.axhline(CONVERGED_R2, color="k", lw=0.8, ls=":")
     fx.set_xticks(range(len(STUDIES)), [s.replace("-", "-\n") for s in STUDIES], fontsize=7)
     fx.set(ylabel="training R² (dotted: converged)", title="(f) convergence: every row's training R²")
-    fig.suptitle("The paper's sweeps as studies: held-out R² (the official estimator), mean ± sd over seeds",
-                 fontsize=10)
+    stale = any(c["other"] or c["unknown"] for c in meta["code"].values())
+    fig.suptitle("The paper's sweeps as studies: held-out R² (the official estimator), mean ± sd over seeds"
+                 + ("\n[other code / unknown code: runs not made by the installed code (its fingerprint "
+                    f"{meta['code_fingerprint'][:12]}); python -m verify.study run STUDY --rerun-stale "
+                    "recomputes them]" if stale else ""), fontsize=10)
     return fig
 
 

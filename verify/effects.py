@@ -5,6 +5,11 @@ seed; each row gives, per network, the mean ± sd over seeds of the training and
 R² (the paper's estimator) and the number of runs. Where the paper states a number or an
 effect for a row, the table puts it beside the measured one and says whether they agree;
 a disagreement is reported, not tuned away.
+
+Given the fingerprint of the code now installed, the table also says which runs were made
+by other code or by unknown code (stored before runs recorded theirs): a `code` column per
+row and a note with how many, so numbers that may predate a change to training or scoring
+are never shown as current.
 """
 
 from __future__ import annotations
@@ -55,12 +60,29 @@ def _hashable(v):
     return tuple(v) if isinstance(v, list) else v
 
 
-def effects_table(study: str, scale: str, out: Path, keys: set[str] | None = None) -> dict:
+def code_of(run: dict, fingerprint: str | None) -> str:
+    """current, other or unknown: whether `run` was made by the code whose fingerprint is given."""
+    if run.get("code_fingerprint") is None:
+        return "unknown"
+    return "current" if run["code_fingerprint"] == fingerprint else "other"
+
+
+def _code_cell(codes: list[str]) -> str:
+    """A row's runs by the code that made them: `current`, or e.g. `unknown (2 of 2)`."""
+    stale = [c for c in codes if c != "current"]
+    if not stale:
+        return "current"
+    return " + ".join(f"{c} ({stale.count(c)} of {len(codes)})" for c in ("other", "unknown") if c in stale)
+
+
+def effects_table(study: str, scale: str, out: Path, keys: set[str] | None = None,
+                  fingerprint: str | None = None) -> dict:
     """The table of the runs in `keys` (the study's grid as it is now), or of every stored
-    run; runs of an older grid left in the store are counted, not shown."""
-    with RunStore(out / "study.sqlite") as store:
+    run; runs of an older grid left in the store are counted, not shown. With `fingerprint`
+    (verify.study.code_fingerprint()), runs made by other or unknown code are marked."""
+    with RunStore(out / "study.sqlite", readonly=True) as store:
         runs = store.rows()
-    stale = [r for r in runs if keys is not None and r["key"] not in keys]
+    old_grid = [r for r in runs if keys is not None and r["key"] not in keys]
     runs = [r for r in runs if keys is None or r["key"] in keys]
     done = [r for r in runs if r["status"] == "done"]
     failed = [r for r in runs if r["status"] == "failed"]
@@ -71,7 +93,7 @@ def effects_table(study: str, scale: str, out: Path, keys: set[str] | None = Non
     for r in done:
         for s in student_rows(r["report"]):
             group = tuple(_hashable(r["config"].get(k)) for k in varying) + (s["network"],)
-            groups.setdefault(group, []).append(s)
+            groups.setdefault(group, []).append(s | dict(code=code_of(r, fingerprint)))
     rows = []
     def order(group):  # numbers by value (M = 8 before 16), anything else by its text
         return tuple((0, v, "") if isinstance(v, int | float) else (1, 0, str(v)) for v in group)
@@ -82,8 +104,19 @@ def effects_table(study: str, scale: str, out: Path, keys: set[str] | None = Non
         for metric in ("train_r2", "held_out_r2", "probe_r2", "sup_ratio"):
             row[f"{metric}_mean"], row[f"{metric}_sd"] = mean_sd([m[metric] for m in members])
         row["converged"] = all(m["train_r2"] is not None and m["train_r2"] >= CONVERGED_R2 for m in members)
+        if fingerprint is not None:
+            row["code"] = _code_cell([m["code"] for m in members])
         rows.append(row)
     notes = []
+    other = [r for r in done if code_of(r, fingerprint) == "other"] if fingerprint else []
+    unknown = [r for r in done if code_of(r, fingerprint) == "unknown"] if fingerprint else []
+    if other or unknown:
+        from verify.study import stale_line
+
+        notes.append(stale_line(len(other) + len(unknown), len(done), len(unknown),
+                                sorted({r["code_fingerprint"] for r in other}), fingerprint,
+                                f"`python -m verify.study run {study} --scale {scale} --rerun-stale`")
+                     + "; the `code` column says which rows")
     if "encoding" in varying:
         for row in rows:
             row["paper_held_out_r2"] = PAPER_ENCODING_R2.get(row["encoding"])
@@ -97,17 +130,19 @@ def effects_table(study: str, scale: str, out: Path, keys: set[str] | None = Non
                      "some run): their held-out R² measures an undertrained network too")
     if failed:
         notes.append(f"{len(failed)} runs failed (python -m verify.study export shows each error)")
-    if stale:
-        notes.append(f"{len(stale)} stored runs belong to an earlier version of the grid and are left out")
+    if old_grid:
+        notes.append(f"{len(old_grid)} stored runs belong to an earlier version of the grid and are left out")
     if keys is not None and len(done) + len(failed) < len(keys):
         missing = len(keys) - len(done) - len(failed)
         notes.append(f"{missing} of the grid's {len(keys)} runs have no result yet")
     columns = [*varying, "network", "runs", "n_train", "train_r2_mean", "train_r2_sd", "held_out_r2_mean",
                "held_out_r2_sd", "probe_r2_mean", "sup_ratio_mean", "converged",
                *[c for c in ("paper_held_out_r2", "paper_effect", "effect_vs_random", "agrees")
-                 if any(c in r for r in rows)]]
+                 if any(c in r for r in rows)],
+               *(["code"] if other or unknown else [])]
     return dict(study=study, scale=scale, runs_done=len(done), runs_failed=len(failed), group_by=varying,
-                columns=columns, rows=rows, notes=notes)
+                columns=columns, rows=rows, notes=notes, code_fingerprint=fingerprint,
+                runs_other_code=len(other), runs_unknown_code=len(unknown))
 
 
 def _support_effects(rows: list[dict], notes: list[str]) -> None:
@@ -178,14 +213,15 @@ def write_table(table: dict, out: Path) -> None:
 
 def export_csv(out: Path, path: Path) -> int:
     """Every run, one line per (run, network): its configuration, status, error and metrics."""
-    with RunStore(out / "study.sqlite") as store:
+    with RunStore(out / "study.sqlite", readonly=True) as store:
         runs = store.rows()
     config_keys = sorted({k for r in runs for k in r["config"]})
     lines = []
     for r in runs:
         config = {k: _key_cell(_hashable(r["config"].get(k))) for k in config_keys}
         base = dict(key=r["key"], status=r["status"], error=r["error"], seconds=r["seconds"],
-                    attempts=r["attempts"], **config)
+                    attempts=r["attempts"], **config, code_version=r["code_version"],
+                    code_fingerprint=r["code_fingerprint"])
         for s in (student_rows(r["report"]) if r["report"] else [{}]):
             lines.append(base | s)
     columns = list(dict.fromkeys(c for line in lines for c in line))

@@ -5,6 +5,13 @@ Only the driver writes, and every change is its own transaction: a run is marked
 `failed` (with the error text). A driver killed at any moment leaves a consistent file
 (SQLite's journal rolls back a half-written transaction); runs it left `running` are
 simply not done, and the next invocation starts them again.
+
+Each finished or failed run also records the code that made it: the project's version
+and verify.study's fingerprint of the modules that train and score a run. Stores written
+before runs recorded their code get the two columns on first writable open (an ALTER
+TABLE adding nullable columns); their rows read None there, "code unknown". A store opened
+read-only (`report`, `list`, the figures: a committed store may sit in a read-only
+install) is never altered, and its missing columns read None too.
 """
 
 from __future__ import annotations
@@ -26,10 +33,14 @@ CREATE TABLE IF NOT EXISTS runs (
     error    TEXT,               -- when failed
     seconds  REAL,               -- the run's own wall time
     attempts INTEGER NOT NULL DEFAULT 0,
-    updated  REAL NOT NULL       -- Unix time of the last change
+    updated  REAL NOT NULL,      -- Unix time of the last change
+    code_version     TEXT,       -- the project's version that made the result (NULL: unknown)
+    code_fingerprint TEXT        -- verify.study.code_fingerprint() of that code (NULL: unknown)
 )
 """
 STATUSES = ("running", "done", "failed")
+# Columns added after the first stores were written: (name, type), nullable, added by migrate().
+ADDED_COLUMNS = (("code_version", "TEXT"), ("code_fingerprint", "TEXT"))
 
 
 def config_key(config: dict) -> str:
@@ -39,12 +50,28 @@ def config_key(config: dict) -> str:
 
 
 class RunStore:
-    def __init__(self, path: str | Path):
+    def __init__(self, path: str | Path, *, readonly: bool = False):
+        """Open (creating and migrating) the store at `path`; with `readonly`, open an
+        existing store without writing to it (no table created, no column added)."""
         self.path = Path(path)
-        self.db = sqlite3.connect(self.path, timeout=60, isolation_level=None)  # explicit transactions
-        self.db.execute("PRAGMA synchronous = FULL")
-        with self._transaction():
-            self.db.execute(SCHEMA)
+        self.readonly = readonly
+        if readonly:
+            self.db = sqlite3.connect(f"{self.path.resolve().as_uri()}?mode=ro", uri=True, timeout=60,
+                                      isolation_level=None)
+        else:
+            self.db = sqlite3.connect(self.path, timeout=60, isolation_level=None)  # explicit transactions
+            self.db.execute("PRAGMA synchronous = FULL")
+            with self._transaction():
+                self.db.execute(SCHEMA)
+                self._migrate()
+        self.columns = {row[1] for row in self.db.execute("PRAGMA table_info(runs)")}
+
+    def _migrate(self) -> None:
+        """Add the columns a store written by older code lacks (nullable: old rows read None)."""
+        have = {row[1] for row in self.db.execute("PRAGMA table_info(runs)")}
+        for name, kind in ADDED_COLUMNS:
+            if name not in have:
+                self.db.execute(f"ALTER TABLE runs ADD COLUMN {name} {kind}")
 
     def _transaction(self):
         return _Transaction(self.db)
@@ -61,39 +88,54 @@ class RunStore:
     def statuses(self) -> dict[str, str]:
         return dict(self.db.execute("SELECT key, status FROM runs"))
 
+    def fingerprints(self) -> dict[str, str | None]:
+        """Each run's code fingerprint (None: made before runs recorded their code, or not finished)."""
+        if "code_fingerprint" not in self.columns:
+            return dict.fromkeys(self.statuses())
+        return dict(self.db.execute("SELECT key, code_fingerprint FROM runs"))
+
     def start(self, key: str, study: str, scale: str, config: dict) -> None:
         with self._transaction():
             self.db.execute(
                 "INSERT INTO runs (key, study, scale, config, status, attempts, updated) "
                 "VALUES (?, ?, ?, ?, 'running', 1, ?) ON CONFLICT(key) DO UPDATE SET "
-                "status = 'running', error = NULL, attempts = attempts + 1, updated = excluded.updated",
+                "status = 'running', error = NULL, attempts = attempts + 1, updated = excluded.updated, "
+                "code_version = NULL, code_fingerprint = NULL",
                 (key, study, scale, json.dumps(config, sort_keys=True), time.time()))
 
-    def finish(self, key: str, report: dict, seconds: float) -> None:
+    def finish(self, key: str, report: dict, seconds: float, *, version: str | None = None,
+               fingerprint: str | None = None) -> None:
+        """Mark the run done with its report, and the code that made it (None: unknown)."""
         from verify.cli import to_json  # strict JSON: a non-finite metric is stored as null
 
         with self._transaction():
             self.db.execute("UPDATE runs SET status = 'done', report = ?, error = NULL, seconds = ?, "
-                            "updated = ? WHERE key = ?", (to_json(report), seconds, time.time(), key))
+                            "updated = ?, code_version = ?, code_fingerprint = ? WHERE key = ?",
+                            (to_json(report), seconds, time.time(), version, fingerprint, key))
 
-    def fail(self, key: str, error: str, seconds: float) -> None:
+    def fail(self, key: str, error: str, seconds: float, *, version: str | None = None,
+             fingerprint: str | None = None) -> None:
         with self._transaction():
-            self.db.execute("UPDATE runs SET status = 'failed', error = ?, seconds = ?, updated = ? "
-                            "WHERE key = ?",
-                            (error, seconds, time.time(), key))
+            self.db.execute("UPDATE runs SET status = 'failed', error = ?, seconds = ?, updated = ?, "
+                            "code_version = ?, code_fingerprint = ? WHERE key = ?",
+                            (error, seconds, time.time(), version, fingerprint, key))
 
     def rows(self, status: str | None = None) -> list[dict]:
-        """Every run (or those with `status`), config and report decoded, oldest first."""
-        query = "SELECT key, study, scale, config, status, report, error, seconds, attempts FROM runs"
+        """Every run (or those with `status`), config and report decoded, oldest first;
+        code_version and code_fingerprint are None where the code is unknown."""
+        code = [c if c in self.columns else f"NULL AS {c}" for c, _ in ADDED_COLUMNS]
+        query = ("SELECT key, study, scale, config, status, report, error, seconds, attempts, "
+                 f"{', '.join(code)} FROM runs")
         params: tuple = ()
         if status is not None:
             query, params = query + " WHERE status = ?", (status,)
         out = []
-        for key, study, scale, config, st, report, error, seconds, attempts in self.db.execute(
-                query + " ORDER BY rowid", params):
+        for key, study, scale, config, st, report, error, seconds, attempts, version, fingerprint in (
+                self.db.execute(query + " ORDER BY rowid", params)):
             out.append(dict(key=key, study=study, scale=scale, config=json.loads(config), status=st,
                             report=None if report is None else json.loads(report), error=error,
-                            seconds=seconds, attempts=attempts))
+                            seconds=seconds, attempts=attempts, code_version=version,
+                            code_fingerprint=fingerprint))
         return out
 
 

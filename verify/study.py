@@ -4,7 +4,9 @@ A study is a grid file in the official sweeps' YAML format (`method: grid`, `par
 name: {values: [...]}` or `{value: x}`) whose names are verify.sgd's flags (`held_out` for
 --held-out; `width` and `depth` make an MLP of `depth` equal layers). Its `parameters`
 are the paper's grid and length; `scales: cpu:` and `scales: smoke:` override some of them.
-Each grid point is one verify.sgd run, keyed by a hash of its resolved configuration.
+Each grid point is one verify.sgd run, keyed by a hash of its resolved configuration; its
+stored result also records the code that made it (the project's version and a fingerprint
+of the modules that train and score a run), so results made by other code are marked.
 
   run STUDY --scale cpu    run every grid point not yet done (one Ray task per run)
   report STUDY             the paper's effects table from the store, without training
@@ -13,13 +15,21 @@ Each grid point is one verify.sgd run, keyed by a hash of its resolved configura
 
 Exit codes: 0 done, 1 a construction violated its certificate in some run, 2 usage
 error, 3 internal error, 130 interrupted. A run that fails is stored as failed (with its
-error) and the others go on; --retry-failed runs it again.
+error) and the others go on; --retry-failed runs it again, and --rerun-stale reruns the
+runs made by other (or unknown) code.
+
+`run` writes under the current working folder (verify/studies/results/STUDY/SCALE, or
+--out); `report`, `export`, `list` and figure 9 read that store when it exists, and
+otherwise the committed cpu-scale store shipped with the package.
 """
 
 from __future__ import annotations
 
+import ast
 import functools
+import hashlib
 import itertools
+import re
 import socket
 import sys
 import time
@@ -32,7 +42,11 @@ from verify import cli
 from verify.cli import UsageError, non_negative_float, positive_int
 
 STUDIES_DIR = Path(__file__).parent / "studies"
-RESULTS_DIR = STUDIES_DIR / "results"
+# Where `run` writes by default: relative to the working folder, so that inside the checkout
+# it is the committed stores' folder and anywhere else a new folder of the same path.
+RESULTS_DIR = Path("verify") / "studies" / "results"
+# The committed stores, shipped with the package: read when the working folder has none.
+PACKAGED_RESULTS_DIR = STUDIES_DIR / "results"
 SCALES = ("paper", "cpu", "smoke")
 ENGINES = ("ray", "serial")
 # Study parameters that are not verify.sgd flags: an MLP of `depth` layers of `width`.
@@ -175,27 +189,143 @@ def expand(name: str, scale: str) -> tuple[str, list[Run]]:
     return study, runs
 
 
+# ----------------------------------------------------------------------------- the code a run rests on
+
+PROJECT_PACKAGES = ("theory", "constructions", "verify", "paper_figures")
+RUN_MODULE = "verify.sgd"  # a run is verify.sgd's run(), called by run_one below
+# The modules that determine a run's result are derived, not listed by hand: every project
+# module verify.sgd imports (at module level or inside a function), followed transitively
+# through the imports written in each module's source, with the packages' __init__ files
+# (code_modules() below), so a module a refactor adds or moves is covered without an edit
+# here. Today that is verify.sgd, train, metrics, students, measure (the sup error), names;
+# constructions.shallow, base, names (the construction each run is compared with) and
+# constructions.tasks.hyperteacher, encodings, splits, names (teacher, encodings, splits);
+# theory.bounds (the certificate). tests/test_study.py checks that every project module a
+# real run of each student loads is among them or below. These are left out, because they
+# do not change a stored result once its configuration (what the key hashes) is fixed:
+NOT_RESULT_CODE = {
+    "verify.cli": "argument checks, output, atomic files, progress bars: what the parser "
+                  "resolves is the configuration, and the key hashes it",
+    "verify.effects": "verify.sgd uses it only to average several seeds on its own command line",
+    "verify.study": "the driver: what it passes a run is the configuration or a runtime setting",
+    "verify.store": "where results are kept, not how they are made",
+}
+# The fingerprint hashes each module's source text, comments and docstrings included: an edit
+# to a comment marks rows as made by other code though their numbers would not change. That
+# errs on the side of rerunning, and is simpler and steadier than hashing a normalised syntax
+# tree (whose form changes with the Python version).
+
+
+def _source_file(name: str) -> Path | None:
+    """The source file of project module `name` (a package's __init__.py), found from the
+    top-level package's own location (the installed one, from a wheel) without importing it;
+    None for a name that is not a project module (an attribute `from x import y` named)."""
+    import importlib.util
+
+    top, *rest = name.split(".")
+    if top not in PROJECT_PACKAGES:
+        return None
+    spec = importlib.util.find_spec(top)
+    if spec is None or spec.origin is None:
+        return None
+    base = Path(spec.origin).parent.joinpath(*rest)
+    for path in (base / "__init__.py", base.with_suffix(".py")):
+        if path.is_file():
+            return path
+    return None
+
+
+def _imported_names(source: str, name: str, is_package: bool) -> set[str]:
+    """Every module name the source of module `name` imports, anywhere in it (a name from
+    `from a import b` is given as both a and a.b: b may be a module)."""
+    out = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            out |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:  # relative: from the module's own package
+                package = name.split(".") if is_package else name.split(".")[:-1]
+                anchor = ".".join(package[:len(package) - node.level + 1])
+                base = f"{anchor}.{base}" if base else anchor
+            out.add(base)
+            out |= {f"{base}.{a.name}" for a in node.names}
+    return out
+
+
+@functools.cache
+def code_modules() -> dict[str, Path]:
+    """The project modules a run's result depends on (see NOT_RESULT_CODE), name → source file."""
+    found: dict[str, Path] = {}
+    todo = [RUN_MODULE]
+    while todo:
+        name = todo.pop()
+        if name in found or name in NOT_RESULT_CODE:
+            continue
+        path = _source_file(name)
+        if path is None:
+            continue
+        found[name] = path
+        parts = name.split(".")
+        todo += [".".join(parts[:i]) for i in range(1, len(parts))]  # importing a.b runs a/__init__
+        todo += sorted(_imported_names(path.read_text(encoding="utf-8"), name, path.name == "__init__.py"))
+    return dict(sorted(found.items()))
+
+
+@functools.cache
+def code_fingerprint() -> str:
+    """SHA-256 over each result-determining module's name and the SHA-256 of its source text."""
+    digest = hashlib.sha256()
+    for name, path in code_modules().items():
+        digest.update(f"{name}\0{hashlib.sha256(path.read_bytes()).hexdigest()}\n".encode())
+    return digest.hexdigest()
+
+
+@functools.cache
+def code_version() -> str:
+    """The project's version: the installed distribution's, else pyproject.toml's beside the package."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("compgen-bound")
+    except metadata.PackageNotFoundError:
+        pass
+    try:
+        text = (Path(__file__).resolve().parents[1] / "pyproject.toml").read_text(encoding="utf-8")
+    except OSError:
+        return "unknown"
+    found = re.search(r'(?m)^version\s*=\s*"([^"]+)"', text)
+    return found.group(1) if found else "unknown"
+
+
+def short(fingerprint: str | None) -> str:
+    return "unknown" if fingerprint is None else fingerprint[:12]
+
+
 # ----------------------------------------------------------------------------- one run
 
 def run_one(argv: tuple[str, ...], run_dir: str, device: str = "cpu") -> dict:
     """One verify.sgd run, in whatever process executes it (a Ray worker, or this one),
     checkpointing into run_dir. Returns {"status": "done", "report": …} or {"status":
-    "failed", "error": …}; only Ctrl-C escapes."""
+    "failed", "error": …}, with the version and fingerprint of the code in this process (a
+    Ray worker's own: a cluster node with other code is recorded as such); only Ctrl-C
+    escapes."""
+    code = dict(version=code_version(), fingerprint=code_fingerprint())
     from verify import sgd
 
     start = time.perf_counter()
     try:
         args = sgd.parse_args([*argv, "--no-progress", "--threads", "1", "--device", device,
                                "--checkpoint", run_dir, "--checkpoint-every", str(CHECKPOINT_EVERY)])
-        return dict(status="done", report=sgd.run(args), seconds=time.perf_counter() - start)
+        return dict(status="done", report=sgd.run(args), seconds=time.perf_counter() - start, **code)
     except KeyboardInterrupt:
         raise
     except UsageError as e:  # a grid point verify.sgd cannot run (a split it cannot build, say)
-        return dict(status="failed", error=str(e), seconds=time.perf_counter() - start)
+        return dict(status="failed", error=str(e), seconds=time.perf_counter() - start, **code)
     except Exception as e:  # noqa: BLE001 - any failure is stored, and the study goes on
         tail = "".join(traceback.format_exception(e)[-3:]).strip()
         return dict(status="failed", error=f"{type(e).__name__}: {e}\n{tail}",
-                    seconds=time.perf_counter() - start)
+                    seconds=time.perf_counter() - start, **code)
 
 
 # ----------------------------------------------------------------------------- engines
@@ -257,27 +387,41 @@ def _ray(pending: list[Run], out: Path, device: str, gpus_per_run: float, on_sta
             result = ray.get(ready[0])
         except ray.exceptions.RayError as e:  # the worker died (killed, out of memory)
             error = f"{type(e).__name__}: {str(e).splitlines()[0]}"
-            result = dict(status="failed", error=error, seconds=None)
+            result = dict(status="failed", error=error, seconds=None, version=None, fingerprint=None)
         yield run, result
 
 
 def run_study(name: str, scale: str, out: Path, *, engine: str = "ray", address: str | None = None,
               gpus_per_run: float = 0.0, workers: int | None = None, retry_failed: bool = False,
-              progress: bool | None = None) -> dict:
-    """Run every run of the study not yet done; each result is committed as it arrives.
-    Ray is started only when something is left to run."""
+              rerun_stale: bool = False, progress: bool | None = None) -> dict:
+    """Run every run of the study not yet done (and the failed ones with `retry_failed`,
+    those made by other or unknown code with `rerun_stale`); each result is committed as
+    it arrives. Ray is started only when something is left to run."""
     from verify.store import RunStore
 
     study, runs = expand(name, scale)
+    current = code_fingerprint()
     status: dict[str, str] = {}
+    made_by: dict[str, str | None] = {}
     if (out / "study.sqlite").is_file():
-        with RunStore(out / "study.sqlite") as store:
-            status = store.statuses()
-    skip = ("done",) if retry_failed else ("done", "failed")
-    pending = [r for r in runs if status.get(r.key) not in skip]
-    n_done = sum(status.get(r.key) == "done" for r in runs)
-    counts = dict(runs=len(runs), already_done=n_done, skipped_failed=len(runs) - len(pending) - n_done,
-                  done=0, failed=0, violated=0)
+        with RunStore(out / "study.sqlite", readonly=True) as store:
+            status, made_by = store.statuses(), store.fingerprints()
+
+    def is_pending(key: str) -> bool:
+        if status.get(key) not in ("done", "failed"):  # never run, or left running by a killed driver
+            return True
+        if rerun_stale and made_by.get(key) != current:
+            return True
+        return retry_failed and status[key] == "failed"
+
+    pending = [r for r in runs if is_pending(r.key)]
+    kept = [r for r in runs if not is_pending(r.key)]
+    n_done = sum(status[r.key] == "done" for r in kept)
+    stale = [made_by.get(r.key) for r in kept if status[r.key] == "done" and made_by.get(r.key) != current]
+    counts = dict(runs=len(runs), already_done=n_done, skipped_failed=len(kept) - n_done,
+                  done=0, failed=0, violated=0, stale=len(stale),
+                  stale_unknown=stale.count(None), stale_fingerprints=sorted({f for f in stale if f}),
+                  code_version=code_version(), code_fingerprint=current)
     started_ray = connect_ray(address, workers) if engine == "ray" and pending else False
     try:
         out.mkdir(parents=True, exist_ok=True)
@@ -288,12 +432,13 @@ def run_study(name: str, scale: str, out: Path, *, engine: str = "ray", address:
             start = time.perf_counter()
             for run, result in execute(pending, out, "cuda" if gpus_per_run > 0 else "cpu", gpus_per_run,
                                        lambda run: store.start(run.key, study, scale, run.config)):
+                code = dict(version=result["version"], fingerprint=result["fingerprint"])
                 if result["status"] == "done":
-                    store.finish(run.key, result["report"], result["seconds"])
+                    store.finish(run.key, result["report"], result["seconds"], **code)
                     counts["done"] += 1
                     counts["violated"] += not result["report"]["construction_within_certificate"]
                 else:
-                    store.fail(run.key, result["error"], result["seconds"])
+                    store.fail(run.key, result["error"], result["seconds"], **code)
                     counts["failed"] += 1
                 bar.set_postfix_str(f"{counts['failed']} failed", refresh=False)
                 bar.update(1)
@@ -310,7 +455,19 @@ def run_study(name: str, scale: str, out: Path, *, engine: str = "ray", address:
 # ----------------------------------------------------------------------------- CLI
 
 def default_out(name: str, scale: str) -> Path:
+    """Where `run` writes by default: verify/studies/results/STUDY/SCALE under the working folder."""
     return RESULTS_DIR / Path(name).stem / scale
+
+
+def stored_out(name: str, scale: str) -> Path:
+    """Where `report`, `export`, `list` and figure 9 read by default: the working folder's
+    store when it has one, else the committed store shipped with the package (when that has
+    one), else the working folder's (which then holds nothing: the caller says so)."""
+    here = default_out(name, scale)
+    if (here / "study.sqlite").is_file():
+        return here
+    shipped = PACKAGED_RESULTS_DIR / Path(name).stem / scale
+    return shipped if (shipped / "study.sqlite").is_file() else here
 
 
 def build_parser() -> cli.Parser:
@@ -324,7 +481,9 @@ def build_parser() -> cli.Parser:
                              f"or smoke (seconds) (default {scale_default})")
         sp.add_argument("--out", metavar="DIR",
                         help="the study's folder: study.sqlite and runs/ (default "
-                             "verify/studies/results/STUDY/SCALE)")
+                             "verify/studies/results/STUDY/SCALE under the working folder; report "
+                             "and export read the committed store shipped with the package when "
+                             "that folder has none)")
 
     r = sub.add_parser("run", help="run every grid point not yet done")
     common(r)
@@ -339,6 +498,9 @@ def build_parser() -> cli.Parser:
                    help="accelerators Ray gives each run (fractions share one); runs train on cuda when "
                         "> 0 (default 0)")
     r.add_argument("--retry-failed", action="store_true", help="run the failed runs again too")
+    r.add_argument("--rerun-stale", action="store_true",
+                   help="run again the runs whose stored result was made by other code (another "
+                        "code fingerprint) or unknown code (stored before runs recorded it)")
     r.add_argument("--json", action="store_true", help="print the summary as JSON")
     cli.add_common(r, threads_default="1 per run (each run is one process)")
     rep = sub.add_parser("report", help="the paper's effects table, from the store")
@@ -371,12 +533,15 @@ def parse_args(argv=None):
                                  "serial)") from None
         if args.address:
             check_address(args.address)
+    # report and export read `store` (the working folder's, else the committed one in the
+    # package) and write into `out` (always the working folder's, or --out).
+    args.store = Path(args.out) if args.out else stored_out(args.study, args.scale)
+    if args.command in ("report", "export") and not (args.store / "study.sqlite").is_file():
+        raise UsageError(f"no results for {args.study} ({args.scale}) in {args.store}: run "
+                         f"`python -m verify.study run {args.study} --scale {args.scale}` first")
     args.out = cli.prepare_out_dir(args.out or default_out(args.study, args.scale), "--out")
     if args.command == "run":
         expand(args.study, args.scale)  # a bad grid is refused before any work
-    if args.command in ("report", "export") and not (args.out / "study.sqlite").is_file():
-        raise UsageError(f"no results for {args.study} ({args.scale}) in {args.out}: run "
-                         f"`python -m verify.study run {args.study} --scale {args.scale}` first")
     return args
 
 
@@ -388,19 +553,21 @@ def work(args) -> int:
         cli.set_threads(args.threads, 1)
         summary = run_study(args.study, args.scale, args.out, engine=args.engine, address=args.address,
                             gpus_per_run=args.gpus_per_run, workers=args.workers,
-                            retry_failed=args.retry_failed, progress=False if args.no_progress else None)
+                            retry_failed=args.retry_failed, rerun_stale=args.rerun_stale,
+                            progress=False if args.no_progress else None)
         cli.emit(cli.to_json(summary) if args.json else format_summary(summary))
         return cli.EXIT_VIOLATED if summary["violated"] else cli.EXIT_OK
     from verify import effects
 
     if args.command == "report":
         name, runs = expand(args.study, args.scale)
-        table = effects.effects_table(name, args.scale, args.out, keys={r.key for r in runs})
+        table = effects.effects_table(name, args.scale, args.store, keys={r.key for r in runs},
+                                      fingerprint=code_fingerprint())
         effects.write_table(table, args.out)
         cli.emit(cli.to_json(table) if args.json else effects.format_markdown(table))
         return cli.EXIT_OK
     path = Path(args.csv) if args.csv else args.out / "runs.csv"
-    n = effects.export_csv(args.out, path)
+    n = effects.export_csv(args.store, path)
     cli.emit(f"{n} runs written to {path}")
     return cli.EXIT_OK
 
@@ -414,7 +581,27 @@ def format_summary(s: dict) -> str:
              f"store: {s['store']}"]
     if s["violated"]:
         lines.append(f"{s['violated']} runs: the construction VIOLATED its certificate")
+    if s["stale"]:
+        lines.append(stale_line(s["stale"], n_done(s), s["stale_unknown"], s["stale_fingerprints"],
+                                s["code_fingerprint"]))
     return "\n".join(lines)
+
+
+def n_done(s: dict) -> int:
+    return s["done"] + s["already_done"]
+
+
+def stale_line(n_stale: int, n_all: int, n_unknown: int, others: list[str], current: str,
+               rerun: str = "--rerun-stale") -> str:
+    """The line `run` and `report` print when stored results were made by other or unknown code."""
+    parts = []
+    if n_stale - n_unknown:
+        parts.append(f"{n_stale - n_unknown} by other code (fingerprint "
+                     f"{', '.join(short(f) for f in others)})")
+    if n_unknown:
+        parts.append(f"{n_unknown} by unknown code (stored before runs recorded their code)")
+    return (f"{n_stale} of {n_all} done runs were not made by this code (fingerprint {short(current)}): "
+            f"{' and '.join(parts)}; rerun them with {rerun}")
 
 
 def format_list() -> str:
@@ -425,12 +612,16 @@ def format_list() -> str:
         parts = []
         for scale in SCALES:
             _, runs = expand(name, scale)
-            store = default_out(name, scale) / "study.sqlite"
+            store = stored_out(name, scale) / "study.sqlite"
             held = ""
             if store.is_file():
-                with RunStore(store) as s:
-                    st = list(s.statuses().values())
-                held = f" ({st.count('done')} done, {st.count('failed')} failed)"
+                with RunStore(store, readonly=True) as s:
+                    rows = s.rows()
+                st = [r["status"] for r in rows]
+                current = code_fingerprint()
+                stale = sum(r["status"] == "done" and r["code_fingerprint"] != current for r in rows)
+                held = (f" ({st.count('done')} done, {st.count('failed')} failed"
+                        + (f"; {stale} made by other or unknown code" if stale else "") + ")")
             parts.append(f"{scale} {len(runs)}{held}")
         lines.append(f"{name:<15} " + ", ".join(parts))
     return "\n".join(lines)
