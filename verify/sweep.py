@@ -27,12 +27,12 @@ import numpy as np
 
 from constructions.names import WEIGHTS
 from theory.bounds import CONSTANTS, VARIANTS, hidden_units
-from verify import cli
+from verify import cli, names
 from verify.cli import UsageError, positive_float, positive_int
 
-FAST_MEASURE = dict(max_tasks=2000, points_per_task=8, refine_tasks=16, refine_starts=8, refine_steps=50)
-# The preflight only needs verify_point's refusals (memory, 2^40 knots, float64), not a measurement.
-PREFLIGHT_MEASURE = dict(max_tasks=1, points_per_task=1, refine_tasks=0, refine_starts=0, refine_steps=0)
+# The fast path's and the preflight's budgets as keyword dicts (verify.names holds every preset).
+FAST_MEASURE = names.SWEEP_MEASURE.kwargs()
+PREFLIGHT_MEASURE = names.PREFLIGHT_MEASURE.kwargs()
 EPS_FIT, ERROR_FIT, M_FIT = "log units vs log 1/ε", "log measured vs log N", "units vs M"
 
 
