@@ -37,6 +37,26 @@ The max over θ is taken on G grid points (θ_j + 1/2)/G, each within 1/(2G) of 
 plus the remainder 8·Σ_h|A_ho|/(2G) per i; summed over i, a fraction 4/G of the
 certificate at most.
 
+Floating point: task_bound, box_bound and gamma_bound return the float64 values of their
+formulas, not rounded outward. `rounding_margin` is a proven γ_n bound (theory/bounds.gamma,
+Higham §3.1) on how far any of them can lie below its exact value, for any task of Z_K;
+verify/instance.py adds it to every upper end it reports (`fp_margin`). What it covers:
+- the phases φ = N·(z·W)/(4C√K): an M-term dot product and 4 roundings, so each is off by at
+  most γ_{M+4}·Φ, Φ = N·max_ih top-K Σ_m |W_mih|/(4C√K) ≥ |φ_ih| on Z_K; a box's ends add its
+  centre, half-width and radius (γ_{K+6}·Φ and 3u·Φ): δ = γ_{M+K+16}·Φ in all. The max over
+  θ of F is over a whole period whatever φ is, and B is 8-Lipschitz in φ (β is 4-Lipschitz),
+  so an error δ in φ moves each bound by at most 8δ·Σ_h|A_ho| per i;
+- each value of B (or of a box's extreme of β): the sums θ ± φ (u·2Φ), the fractional part
+  (u), the product 4(s − d)(1 − s − d) (5u, |s|, |d| ≤ 1) and, for boxes, the θ grid's own
+  rounding and its mirror (8u each, through the Lipschitz remainder): at most u·(16Φ + 64);
+- the sums over h (γ_{2H+4}·Σ_h|A_ho|, also gamma_bound's partial sums and its pruning,
+  which can discard a node whose exact bound exceeds `best` by no more than that), over i
+  (γ_{I+3}, also the round trip of `above` through C/N²) and the factor C/N².
+The margin is that sum times 2, which covers its own evaluation and the O(u²) terms. It does
+not cover the phase form itself: the bounds are on the exact-arithmetic error of the ideal
+construction with this teacher's float64 W, A and C (C ≥ |c_ih| on Z_K); the network's own
+float64 evaluation adds its rounding floor, which the report states separately.
+
 Everything is numpy; nothing here knows about torch or about how a teacher is sampled.
 """
 
@@ -45,6 +65,8 @@ from __future__ import annotations
 import math
 
 import numpy as np
+
+from theory.bounds import gamma, readout_norm, top_k_sum
 
 
 def beta(s):
@@ -147,6 +169,27 @@ def phase_form_error(W: np.ndarray, b: np.ndarray, A: np.ndarray, K: int, C: flo
     c = (z @ W.reshape(M, I * H)).reshape(-1, I, H) / math.sqrt(K)
     p = np.einsum("bi,bih->bh", x, c) + z @ b / math.sqrt(K)
     return (np.maximum(p + delta, 0.0) - np.maximum(p, 0.0)) @ A
+
+
+def phase_scale(W: np.ndarray, K: int, C: float, N: int) -> float:
+    """Φ = N·max_ih (top-K Σ_m |W_mih|)/(4C√K): a bound on |φ_ih| and on a box's |φ| + radius
+    anywhere on Z_K (z ∈ [0, 1]^M with at most K nonzeros)."""
+    M = W.shape[0]
+    return float(top_k_sum(np.abs(W).reshape(M, -1), K).max()) * N / (4.0 * C * math.sqrt(K))
+
+
+def rounding_margin(W: np.ndarray, A: np.ndarray, K: int, C: float, N: int) -> float:
+    """A proven bound on exact − float64 value of task_bound, box_bound or gamma_bound, for any
+    task or box of Z_K (the module docstring's "Floating point"): add it to an upper end."""
+    M, I, H = W.shape
+    u = 2.0**-53
+    Phi = phase_scale(W, K, C, N)
+    phase_err = gamma(M + K + 16) * Phi
+    per_value = 8.0 * phase_err + u * (16.0 * Phi + 64.0)  # one B (or β extreme), in units of 1
+    a = readout_norm(A)
+    per_i = a * (per_value + gamma(2 * H + 4))  # one i's max over θ of Σ_h, off by at most this
+    total = I * per_i + gamma(I + 3) * I * (a + per_i)  # the sum over i, and × C/N²
+    return 2.0 * total * C / N**2
 
 
 # The exact bound over γ (see `gamma_bound`) keeps at most this many partial assignments at

@@ -32,6 +32,7 @@ from theory.instance import (
     kink_values,
     phase_form_error,
     phase_slopes,
+    rounding_margin,
     task_bound,
     task_phases,
 )
@@ -55,6 +56,12 @@ class InstanceBound:
     resolution: float = 1.0
     settings: dict = field(default_factory=dict)
     top_z: np.ndarray | None = None  # levels only: the tasks of largest bound, largest first
+    fp_margin: float = 0.0  # theory.instance.rounding_margin, already added to `bound`
+
+
+# What an instance bound's upper end rests on (the report's `rests_on`).
+RESTS_ON = ("the phase form of the error (exact arithmetic, this teacher's float64 W, A, C); "
+            "float64 evaluation with a proven gamma_n margin (fp_margin) added to each upper end")
 
 
 def phase_form(net) -> tuple[int, float] | None:
@@ -146,9 +153,12 @@ def levels_bound(net, teacher, seconds: float = 30.0, keep: int = 8,
         bar.set_postfix_str(f"bound {max(best, next_first):.3e}", refresh=False)
     bar.close()
     unreached = first[order[refined]] if refined < len(order) else 0.0
-    bound = max(best, unreached)
-    return InstanceBound(bound=float(bound), task_set="levels", z=top_z[0], pieces=len(first),
-                         seconds=time.perf_counter() - start, top_z=top_z,
+    # Every task's exact bound is ≤ its float64 one + margin: refined ones ≤ best, the others
+    # ≤ unreached (they come later in the order), or ≤ best (skipped because below it).
+    margin = rounding_margin(teacher.W, teacher.A, K, C, N)
+    bound = float(np.nextafter(max(best, unreached) + margin, np.inf))
+    return InstanceBound(bound=bound, task_set="levels", z=top_z[0], pieces=len(first),
+                         seconds=time.perf_counter() - start, top_z=top_z, fp_margin=margin,
                          settings=dict(first_pass=float(first[order[0]]), first_pass_seconds=first_seconds,
                                        refined=refined, refined_exact=exact and unreached <= best,
                                        seconds=seconds))
@@ -206,7 +216,9 @@ def zk_bound(net, teacher, seconds: float = 30.0, grid: int = 256, split_batch: 
     i = int(b.argmax())
     z = np.zeros(M)
     z[sup[i]] = (lo[i] + hi[i]) / 2
-    return InstanceBound(bound=float(b[i]), task_set="Z_K", z=z, pieces=n_boxes,
+    margin = rounding_margin(teacher.W, teacher.A, K, C, N)
+    return InstanceBound(bound=float(np.nextafter(b[i] + margin, np.inf)), task_set="Z_K", z=z,
+                         pieces=n_boxes, fp_margin=margin,
                          seconds=time.perf_counter() - start, resolution=float(b.max() / centre_b.max()),
                          settings=dict(seconds=seconds, grid=grid, split_batch=split_batch))
 
@@ -262,9 +274,12 @@ def guided_search(net, teacher, z: np.ndarray, starts: int = 2, sweeps: int = 3,
         with torch.no_grad():
             zs = torch.as_tensor(np.broadcast_to(task, (len(x), task.size)).copy())
             e = pointwise_error(net, teacher, zs, torch.as_tensor(x)).numpy()
-        r = int(e.argmax())
-        if e[r] > best[0]:
-            best = (float(e[r]), x[r].copy(), task.copy())
+            r = int(e.argmax())
+            # Again on its own: a batch's matmuls may round differently in the last bits, and the
+            # error reported must be the one the network gives at (x, z) when asked for it alone.
+            e_r = float(pointwise_error(net, teacher, zs[r:r + 1], torch.as_tensor(x[r:r + 1]))[0])
+        if e_r > best[0]:
+            best = (e_r, x[r].copy(), task.copy())
     return best
 
 def add_instance_bound(report: dict, net, teacher, seconds: float, guided_tasks: int = 4,
@@ -294,7 +309,8 @@ def add_instance_bound(report: dict, net, teacher, seconds: float, guided_tasks:
         Z_K=dict(lower=lower, upper=upper, upper_over_lower=upper / lower if lower > 0 else math.inf,
                  lower_from="guided search" if guided[0] > m["sup_error"] else "measurer",
                  branch_and_bound=zk.bound, boxes=zk.pieces, resolution=zk.resolution,
-                 over_certificate=upper / cert, seconds=zk.seconds),
+                 over_certificate=upper / cert, seconds=zk.seconds, fp_margin=zk.fp_margin,
+                 rests_on=RESTS_ON if zk.bound < cert else "the certificate I·C·a/N² (its proof)"),
         guided=dict(error=guided[0], x=guided[1], z_support=[int(k) for k in np.flatnonzero(guided[2])],
                     z_values=[float(v) for v in guided[2][guided[2] > 0]], tasks=n_guided,
                     seconds=guided_seconds))
@@ -304,7 +320,8 @@ def add_instance_bound(report: dict, net, teacher, seconds: float, guided_tasks:
                                first_pass=lv.settings["first_pass"], refined=lv.settings["refined"],
                                refined_exact=lv.settings["refined_exact"],
                                worst_support=[int(k) for k in np.flatnonzero(lv.z)],
-                               worst_values=[float(v) for v in lv.z[lv.z > 0]])
+                               worst_values=[float(v) for v in lv.z[lv.z > 0]],
+                               fp_margin=lv.fp_margin, rests_on=RESTS_ON)
     report["instance_bound"] = entry
     report["seconds"] += sum(e["seconds"] for e in entry.values())
     floor = report["rounding_floor_float64"]
