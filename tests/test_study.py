@@ -258,3 +258,204 @@ def test_the_report_shows_only_the_grid_as_it_is_now(tmp_path, capsys):
     assert table["runs_done"] == 0 and table["rows"] == []
     assert any("earlier version of the grid" in n for n in table["notes"])
     assert any("1 of the grid's 1 runs have no result yet" in n for n in table["notes"])
+
+
+# ----------------------------------------------------------------------------- the code behind a result
+
+OLD_SCHEMA = """CREATE TABLE runs (key TEXT PRIMARY KEY, study TEXT NOT NULL, scale TEXT NOT NULL,
+    config TEXT NOT NULL, status TEXT NOT NULL CHECK (status IN ('running', 'done', 'failed')),
+    report TEXT, error TEXT, seconds REAL, attempts INTEGER NOT NULL DEFAULT 0, updated REAL NOT NULL)"""
+OLD_COLUMNS = "key, study, scale, config, status, report, error, seconds, attempts, updated"
+
+
+def columns(db: Path) -> list[str]:
+    with sqlite3.connect(db) as c:
+        return [row[1] for row in c.execute("PRAGMA table_info(runs)")]
+
+
+def as_old_store(db: Path) -> None:
+    """Rewrite a store as one written before runs recorded their code (no code columns)."""
+    with sqlite3.connect(db) as c:
+        c.execute(f"CREATE TABLE old AS SELECT {OLD_COLUMNS} FROM runs")
+        c.execute("DROP TABLE runs")
+        c.execute(OLD_SCHEMA)
+        c.execute(f"INSERT INTO runs ({OLD_COLUMNS}) SELECT {OLD_COLUMNS} FROM old")
+        c.execute("DROP TABLE old")
+    assert "code_fingerprint" not in columns(db)
+
+
+def test_a_run_records_its_code_and_one_made_by_other_code_is_marked_and_rerun(tmp_path, monkeypatch,
+                                                                              capsys):
+    path, out = tiny_study(tmp_path), tmp_path / "out"
+    study.run_study(path, "paper", out, engine="serial", progress=False)
+    made_by = study.code_fingerprint()
+    with RunStore(out / "study.sqlite") as store:
+        rows = store.rows()
+    assert {(r["code_fingerprint"], r["code_version"]) for r in rows} == {(made_by, study.code_version())}
+    assert len(made_by) == 64 and study.code_version() not in ("", "unknown")
+    assert study.main(["report", path, "--scale", "paper", "--out", str(out), "--json"]) == 0
+    table = json.loads(capsys.readouterr().out)
+    assert (table["runs_other_code"], table["runs_unknown_code"]) == (0, 0)
+    assert "code" not in table["columns"] and not any("--rerun-stale" in n for n in table["notes"])
+
+    # The code changes (training, scoring): the stored runs were made by other code.
+    monkeypatch.setattr(study, "code_fingerprint", lambda: "f" * 64)
+    kept = study.run_study(path, "paper", out, engine="serial", progress=False)
+    assert (kept["done"], kept["already_done"], kept["stale"], kept["stale_unknown"]) == (0, 2, 2, 0)
+    assert kept["stale_fingerprints"] == [made_by] and kept["code_fingerprint"] == "f" * 64
+    line = study.format_summary(kept).splitlines()[-1]
+    assert line.startswith("2 of 2 done runs were not made by this code (fingerprint ffffffffffff)")
+    assert f"2 by other code (fingerprint {made_by[:12]})" in line and "--rerun-stale" in line
+    assert study.main(["report", path, "--scale", "paper", "--out", str(out), "--json"]) == 0
+    table = json.loads(capsys.readouterr().out)
+    assert (table["runs_other_code"], table["runs_unknown_code"]) == (2, 0)
+    assert table["columns"][-1] == "code" and [r["code"] for r in table["rows"]] == ["other (2 of 2)"]
+    assert any(n.startswith("2 of 2 done runs were not made by this code") and "--rerun-stale" in n
+               for n in table["notes"])
+    assert "| other (2 of 2) |" in (out / "effects.md").read_text()
+
+    rerun = study.run_study(path, "paper", out, engine="serial", progress=False, rerun_stale=True)
+    assert (rerun["done"], rerun["already_done"], rerun["stale"]) == (2, 0, 0)
+    with RunStore(out / "study.sqlite") as store:
+        rows = store.rows()
+    assert [(r["code_fingerprint"], r["attempts"]) for r in rows] == [("f" * 64, 2)] * 2
+    assert study.main(["report", path, "--scale", "paper", "--out", str(out), "--json"]) == 0
+    table = json.loads(capsys.readouterr().out)
+    assert (table["runs_other_code"], "code" in table["columns"]) == (0, False)
+
+
+def test_rerun_stale_reruns_failed_runs_made_by_other_code_and_leaves_current_ones(tmp_path, monkeypatch):
+    path, out = tiny_study(tmp_path, held_out="[0.25, 0.95]", seeds="[1]"), tmp_path / "out"
+    study.run_study(path, "paper", out, engine="serial", progress=False)  # one done, one failed
+    same = study.run_study(path, "paper", out, engine="serial", progress=False, rerun_stale=True)
+    assert (same["done"], same["failed"], same["skipped_failed"], same["stale"]) == (0, 0, 1, 0)
+    monkeypatch.setattr(study, "code_fingerprint", lambda: "e" * 64)
+    again = study.run_study(path, "paper", out, engine="serial", progress=False, rerun_stale=True)
+    assert (again["done"], again["failed"], again["skipped_failed"]) == (1, 1, 0)
+
+
+def test_an_old_store_reads_as_unknown_code_is_migrated_on_write_and_rerun_stale_recomputes_it(
+        tmp_path, capsys):
+    path, out = tiny_study(tmp_path), tmp_path / "out"
+    study.run_study(path, "paper", out, engine="serial", progress=False)
+    db = out / "study.sqlite"
+    as_old_store(db)
+    before = db.read_bytes()
+    # Read-only (report, list, figures): the file is not touched; the code reads as unknown.
+    with RunStore(db, readonly=True) as store:
+        assert [r["code_fingerprint"] for r in store.rows()] == [None, None]
+        assert set(store.fingerprints().values()) == {None}
+    assert study.main(["report", path, "--scale", "paper", "--out", str(out), "--json"]) == 0
+    table = json.loads(capsys.readouterr().out)
+    assert (table["runs_done"], table["runs_unknown_code"], table["runs_other_code"]) == (2, 2, 0)
+    assert [r["code"] for r in table["rows"]] == ["unknown (2 of 2)"]
+    assert any("2 by unknown code (stored before runs recorded their code)" in n for n in table["notes"])
+    assert db.read_bytes() == before and "code_fingerprint" not in columns(db)
+    # run opens it for writing: the columns are added, old rows stay, with no code.
+    kept = study.run_study(path, "paper", out, engine="serial", progress=False)
+    assert (kept["done"], kept["already_done"], kept["stale"], kept["stale_unknown"]) == (0, 2, 2, 2)
+    assert columns(db)[-2:] == ["code_version", "code_fingerprint"]
+    with RunStore(db) as store:
+        assert [(r["status"], r["code_version"], r["code_fingerprint"]) for r in store.rows()] == [
+            ("done", None, None)] * 2
+    with sqlite3.connect(db) as c:
+        assert c.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    rerun = study.run_study(path, "paper", out, engine="serial", progress=False, rerun_stale=True)
+    assert (rerun["done"], rerun["stale"]) == (2, 0)
+    with RunStore(db) as store:
+        assert {r["code_fingerprint"] for r in store.rows()} == {study.code_fingerprint()}
+
+
+FINGERPRINT = "from verify import study; print(study.code_fingerprint())"
+
+
+def test_the_fingerprint_hashes_the_modules_a_result_depends_on_wherever_they_are_installed(tmp_path):
+    """A copy of the packages elsewhere (as a wheel installs them) has the same fingerprint;
+    an edit to a module that trains or scores changes it, one to the CLI plumbing does not."""
+    import shutil
+
+    root = Path(__file__).resolve().parents[1]
+    for package in ("theory", "constructions", "verify"):
+        shutil.copytree(root / package, tmp_path / package,
+                        ignore=shutil.ignore_patterns("__pycache__", "results"))
+
+    def fingerprint() -> str:
+        proc = subprocess.run([sys.executable, "-c", FINGERPRINT], cwd=tmp_path, capture_output=True,
+                              text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(tmp_path)})
+        assert proc.returncode == 0, proc.stderr
+        return proc.stdout.strip()
+
+    assert fingerprint() == study.code_fingerprint()
+    for plumbing in ("verify/cli.py", "verify/effects.py", "verify/store.py", "verify/study.py"):
+        with open(tmp_path / plumbing, "a") as f:
+            f.write("\n# an edit that changes no result\n")
+    assert fingerprint() == study.code_fingerprint()
+    seen = {study.code_fingerprint()}
+    for module in ("verify/train.py", "verify/metrics.py", "constructions/tasks/hyperteacher.py",
+                   "theory/bounds.py"):
+        with open(tmp_path / module, "a") as f:
+            f.write("\n# changed\n")
+        seen.add(fingerprint())
+    assert len(seen) == 5
+
+
+STUDENT_MODULES = """
+import sys
+from verify import sgd
+FAST = ["--M", "4", "--K", "2", "--I", "3", "--H", "2", "--O", "2", "--steps", "2", "--eval-samples", "4",
+        "--eval-tasks", "16", "--no-progress"]
+for extra in (["--widths", "4"], ["--student", "transformer", "--d-model", "8", "--n-heads", "2",
+              "--n-layers", "1", "--d-ffw", "8"], ["--student", "hypernetwork", "--d-ffw", "8"],
+              ["--encoding", "invertible_nn", "--split", "non_compositional"]):
+    sgd.run(sgd.parse_args([*FAST, "--shapes", "custom", *extra] if "--widths" in extra else [*FAST, *extra]))
+print(" ".join(m for m in sys.modules if m.split(".")[0] in ("theory", "constructions", "verify")))
+"""
+
+
+def test_every_project_module_a_run_loads_is_fingerprinted_or_named_as_changing_no_result():
+    proc = subprocess.run([sys.executable, "-c", STUDENT_MODULES], capture_output=True, text=True,
+                          timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert proc.returncode == 0, proc.stderr
+    loaded = set(proc.stdout.split())
+    assert {"verify.train", "verify.metrics", "verify.students", "verify.measure",
+            "constructions.tasks.hyperteacher", "constructions.tasks.encodings"} <= loaded
+    assert loaded - set(study.code_modules()) <= set(study.NOT_RESULT_CODE), \
+        loaded - set(study.code_modules()) - set(study.NOT_RESULT_CODE)
+    assert not set(study.code_modules()) & set(study.NOT_RESULT_CODE)
+
+
+# ----------------------------------------------------------------------------- where stores live
+
+def test_run_writes_under_the_working_folder_and_report_reads_the_committed_store_otherwise(
+        tmp_path, monkeypatch, capsys):
+    import hashlib
+
+    monkeypatch.chdir(tmp_path)
+    shipped = study.PACKAGED_RESULTS_DIR / "task-support" / "cpu"
+    digest = hashlib.sha256((shipped / "study.sqlite").read_bytes()).hexdigest()
+    shipped_md = (shipped / "effects.md").read_text()
+    here = Path("verify/studies/results/task-support")
+    args = study.parse_args(["run", "task-support", "--scale", "smoke", "--engine", "serial"])
+    assert args.out == here / "smoke" and (tmp_path / here / "smoke").is_dir()
+    assert study.stored_out("task-support", "cpu") == shipped  # nothing here: the committed store
+    assert study.main(["report", "task-support", "--scale", "cpu", "--json"]) == 0
+    table = json.loads(capsys.readouterr().out)
+    assert (table["runs_done"], table["runs_unknown_code"]) == (12, 12)  # committed before code was recorded
+    assert (tmp_path / here / "cpu" / "effects.md").read_text().startswith("# task-support (cpu): 12 runs")
+    assert not (tmp_path / here / "cpu" / "study.sqlite").exists()
+    assert hashlib.sha256((shipped / "study.sqlite").read_bytes()).hexdigest() == digest
+    assert (shipped / "effects.md").read_text() == shipped_md
+    assert study.main(["list"]) == 0
+    assert "cpu 12 (12 done, 0 failed; 12 made by other or unknown code)" in capsys.readouterr().out
+    # A store in the working folder wins over the committed one.
+    run = study.expand("task-support", "cpu")[1][0]
+    report = dict(split=dict(n_train=27), construction_within_certificate=True,
+                  rows=[dict(network="construction"), dict(network="sgd custom", train_r2=0.995,
+                                                            held_out_r2=0.5, held_out_sup=1.0)])
+    with RunStore(tmp_path / here / "cpu" / "study.sqlite") as store:
+        store.start(run.key, "task-support", "cpu", run.config)
+        store.finish(run.key, report, 1.0, version="0", fingerprint=study.code_fingerprint())
+    assert study.stored_out("task-support", "cpu") == here / "cpu"
+    assert study.main(["report", "task-support", "--scale", "cpu", "--json"]) == 0
+    table = json.loads(capsys.readouterr().out)
+    assert (table["runs_done"], table["runs_unknown_code"], table["rows"][0]["code"]) == (1, 0, "current")
