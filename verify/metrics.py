@@ -84,6 +84,66 @@ def apply_tasks(f, e: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     return f(torch.cat([e.repeat_interleave(P, dim=0), x.reshape(T * P, -1)], dim=1)).view(T, P, -1)
 
 
+class SequenceRows(nn.Module):
+    """A student that reads a task's samples as one sequence, as a function of rows
+    [e (E), x_1 … x_P (P·I)] -> its P predictions (P·O): the function its R² scores, so
+    that the sup error can score the same one (see sup_error)."""
+
+    def __init__(self, student: nn.Module, P: int):
+        super().__init__()
+        self.student, self.P = student, P
+
+    def forward(self, rows: torch.Tensor) -> torch.Tensor:
+        E = self.student.E
+        x = rows[:, E:].reshape(len(rows), self.P, -1)
+        return self.student.forward_tasks(rows[:, :E], x).reshape(len(rows), -1)
+
+
+class SequenceTeacher:
+    """The teacher on the same rows: g(x_j, z) for each of P inputs x (P·I) of one task z,
+    so the sup error's max over outputs is a max over every position and output. Every
+    other attribute (M, K, weights, encode, …) is the teacher's own."""
+
+    def __init__(self, teacher: Hyperteacher, P: int):
+        self.teacher, self.P = teacher, P
+
+    def __getattr__(self, name):
+        return getattr(self.teacher, name)
+
+    @property
+    def I(self) -> int:  # noqa: E743 (the paper's name)
+        return self.P * self.teacher.I
+
+    @property
+    def O(self) -> int:  # noqa: E743
+        return self.P * self.teacher.O
+
+    def forward(self, z: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        rows = len(x)
+        out = self.teacher.forward(z.repeat_interleave(self.P, dim=0), x.reshape(rows * self.P, -1))
+        return out.reshape(rows, -1)
+
+
+def reads_sequence(f) -> bool:
+    """Whether a prediction of f depends on the task's other samples (a causal transformer
+    reads x_1 … x_j for its j-th): then f is not a function of one (z, x) pair."""
+    return bool(getattr(f, "reads_sequence", False))
+
+
+def sup_error(f, teacher: Hyperteacher, encode, supports: np.ndarray, samples_per_task: int, seed: int,
+              budget, **measure):
+    """verify.measure's sup error of f over the supports, scoring the function the R²
+    scores: for a student that reads a task's samples as one sequence, the largest error of
+    any of its samples_per_task predictions, over the sequences of that many x (the search
+    then moves every x_j); for any other network, ‖f(e(z), x) − g(x, z)‖_∞ at single points."""
+    from verify.measure import measure_sup_error
+
+    if reads_sequence(f):
+        f, teacher = SequenceRows(f, samples_per_task), SequenceTeacher(teacher, samples_per_task)
+    return measure_sup_error(f, teacher, encode=encode, supports=supports, seed=seed, progress=False,
+                             budget=budget, **measure)
+
+
 def predict(f, samples: TaskSamples, encode, batch_rows: int = 8192) -> torch.Tensor:
     T, P, _ = samples.x.shape
     step = max(1, batch_rows // P)

@@ -30,12 +30,8 @@ from verify.cli import (
     positive_float,
     positive_int,
 )
-from verify.names import DECAYS, INITS, SHAPES, STUDENTS
+from verify.names import DECAYS, INITS, SGD_MEASURE, SHAPES, STUDENTS
 
-# The sup is taken over x for the family's own task weights (refine_z off): z values the
-# training never shows (weights below 0.5, say) would measure extrapolation, not composition.
-SUP_MEASURE = dict(max_tasks=2000, points_per_task=8, refine_tasks=16, refine_starts=8, refine_steps=60,
-                   refine_z=False)
 PROBE_MAX_BYTES = 2**30  # probe the construction through its dense form only up to this size
 # The official sweeps' run (configs/teacher.py, sweeps/*_hyperteacher.yaml): 300k steps of
 # 128 tasks × 16 samples, seeds 1–3, scored on 1,024 tasks a side with 16 samples each.
@@ -219,15 +215,16 @@ def evaluate(name, f, teacher, encode, sides, seed, probe_net=None) -> dict:
     RMSE and the paper's R² on its sampled tasks (and this project's R², which skips
     (task, output) pairs whose target is constant); then the paper's probe, fitted on the
     in-distribution tasks and scored on the held-out ones."""
-    from verify.measure import measure_sup_error
-    from verify.metrics import compositional_r2, compositional_r2_paper, predict, probe_r2, rmse
+    from verify.metrics import compositional_r2, compositional_r2_paper, predict, probe_r2, rmse, sup_error
 
     row = dict(network=name)
     for side, (supports, samples) in sides.items():
         pred = predict(f, samples, encode)
         r2, used = compositional_r2(pred, samples)
-        sup = measure_sup_error(f, teacher, encode=encode, supports=supports, seed=seed, progress=False,
-                                **SUP_MEASURE)
+        # The sup error scores the function the R² scores (a transformer's every position),
+        # over x for the family's own task weights (refine_z off): z values the training
+        # never shows (weights below 0.5, say) would measure extrapolation, not composition.
+        sup = sup_error(f, teacher, encode, supports, samples.x.shape[1], seed, SGD_MEASURE, refine_z=False)
         row |= {f"{side}_sup": sup.sup_error, f"{side}_rmse": rmse(pred, samples),
                 f"{side}_r2": compositional_r2_paper(pred, samples), f"{side}_r2_nonconstant": r2,
                 f"{side}_r2_pairs_used": used}

@@ -8,6 +8,9 @@ Every student has
   forward_tasks(e, x) -> (T, P, O)   the official call: one prediction per x sample;
   forward(rows) -> (N, O)            rows = [e, x] (N, E + I): the network as a function of one
                                      (z, x) pair, for sup-error measurement.
+A student whose prediction for x_j also reads the task's earlier samples (the transformer)
+says so with `reads_sequence = True`: its sup error is then measured over whole sequences,
+every position's prediction, as its R² scores them (verify.metrics.sup_error).
 
 Everything works after `.double()`: no constant is stored in a fixed dtype, and the rotary
 tables are built in the dtype of the activations they rotate.
@@ -204,6 +207,9 @@ class TransformerStudent(nn.Module):
     Positions count from 0 at the z token, so the prediction for x_j sees z and x_1..x_j.
     """
 
+    # The prediction for x_j depends on x_1..x_{j-1}: one (z, x) row is not the whole function.
+    reads_sequence = True
+
     def __init__(self, E: int, I: int, O: int, d_model: int = 256, n_heads: int = 4,
                  n_layers: int = 4, d_ffw: int = 1024):
         super().__init__()
@@ -238,7 +244,8 @@ class TransformerStudent(nn.Module):
         return self.head(self._trunk(e, x)[:, 1:])
 
     def forward(self, rows: torch.Tensor) -> torch.Tensor:
-        """(N, E + I) -> (N, O): each row as the sequence [z, x], i.e. a task's first prediction."""
+        """(N, E + I) -> (N, O): each row as the sequence [z, x], i.e. a task's first prediction
+        only; the sup error reads every position (reads_sequence)."""
         e, x = split_rows(self, rows)
         return self.forward_tasks(e, x)[:, 0]
 
