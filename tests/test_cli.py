@@ -164,3 +164,33 @@ def test_saved_deeper_networks_reload_from_the_reported_widths(capsys, tmp_path,
     net.load_state_dict(torch.load(tmp_path / "network.pt"))
     assert code == 0 and len(report["hidden_units"]["widths"]) > 2
     assert measure_sup_error(net, teacher, refine_steps=30).sup_error <= report["certificate"]
+
+
+@pytest.mark.parametrize("module, sizes, strict", [
+    ("verify.bound", dict(M=32, K=3, I=16, H=16, O=16), False),
+    ("verify.exact_sup", dict(M=2, K=1, I=1, H=1, O=1), False),
+    ("verify.sgd", dict(M=8, K=2, I=4, H=4, O=4), True),
+])
+def test_every_cli_takes_the_teacher_flags_from_one_helper(module, sizes, strict):
+    """--M --K --I --H --O --weights --encoding (and --seed) come from cli.add_teacher_flags: each
+    CLI keeps its own defaults, and a bad name is refused by argparse (sgd) or by the CLI's check."""
+    import importlib
+
+    from verify.cli import TEACHER_SIZE_HELP, Parser, UsageError, add_teacher_flags
+
+    actions = {a.dest: a for a in importlib.import_module(module).build_parser()._actions}
+    for name, default in sizes.items():
+        assert actions[name].default == default
+        assert actions[name].help == f"{TEACHER_SIZE_HELP[name]} (default {default})"
+    assert actions["weights"].default == "discrete" and actions["encoding"].default == "identity"
+    assert (actions["weights"].choices is not None) == strict
+    p = Parser("test")
+    add_teacher_flags(p, dict(sizes, weights="khot"), strict_names=strict, with_seed=not strict)
+    args = p.parse_args([])
+    assert {n: getattr(args, n) for n in sizes} == sizes and args.weights == "khot"
+    assert hasattr(args, "seed") != strict
+    if strict:
+        with pytest.raises(UsageError, match="invalid choice"):
+            p.parse_args(["--encoding", "tokens"])
+    else:
+        assert p.parse_args(["--encoding", "tokens"]).encoding == "tokens"  # the CLI's check refuses it

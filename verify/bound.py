@@ -23,7 +23,7 @@ from constructions.names import (
 )
 from theory.bounds import CONSTANTS, VARIANTS
 from verify import cli
-from verify.cli import UsageError, positive_float, positive_int, seed
+from verify.cli import UsageError, positive_float, positive_int
 from verify.names import INSTANCE_BOUND_CONSTRUCTIONS, MAX_TASKS
 
 MAX_LAYERS = 8
@@ -35,27 +35,12 @@ THREADS_PAY_PRODUCTS = 64
 
 def build_parser() -> cli.Parser:
     p = cli.Parser("python -m verify.bound", __doc__)
-    p.add_argument("--M", type=positive_int, default=32, help="number of modules (default 32)")
+    cli.add_teacher_flags(p, dict(M=32, K=3, I=16, H=16, O=16))
     p.add_argument("--eps", type=positive_float, default=1e-3, help="target sup error ε > 0 (default 1e-3)")
-    p.add_argument("--K", type=positive_int, default=3, help="max active modules per task, K ≤ M (default 3)")
-    p.add_argument("--I", type=positive_int, default=16, help="input size (default 16)")
-    p.add_argument("--H", type=positive_int, default=16, help="teacher hidden size (default 16)")
-    p.add_argument("--O", type=positive_int, default=16, help="output size (default 16)")
-    p.add_argument("--weights", default="discrete", metavar="{" + ",".join(WEIGHTS) + "}",
-                   help="weights of active modules (default discrete)")
-    p.add_argument("--encoding", default="identity", metavar="{" + ",".join(ENCODINGS) + "}",
-                   help="task encoding e(z) (default identity)")
-    p.add_argument("--construction", default="shallow", metavar="{" + ",".join(CONSTRUCTIONS) + "}",
-                   help="; ".join(f"{k}: {v}" for k, v in CONSTRUCTION_HELP.items()) + " (default shallow)")
-    p.add_argument("--layers", type=positive_int, default=1,
-                   help=f"modular layers L of the teacher, 1..{MAX_LAYERS}; L > 1 is built from shallow "
-                        "blocks (default 1)")
-    p.add_argument("--variant", default="theorem", metavar="{" + ",".join(VARIANTS) + "}",
-                   help="theorem: carry z (M units); lean: carry b(z̃) (H units) (default theorem)")
-    p.add_argument("--constants", default=None, metavar="{" + ",".join(CONSTANTS) + "}",
-                   help="apriori: C_W = 2σ for every draw; instance: this teacher's exact range "
-                        "(default apriori; instance for --construction optimal)")
-    p.add_argument("--seed", type=seed, default=0, help="seed of the teacher and the measurement (default 0)")
+    add_construction_flags(
+        p, layers_help=f"modular layers L of the teacher, 1..{MAX_LAYERS}; L > 1 is built from shallow "
+                       "blocks",
+        constants_help="apriori: C_W = 2σ for every draw; instance: this teacher's exact range")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.add_argument("--save", metavar="DIR",
                    help="write teacher.npz, network.pt, report.json into DIR (a new or empty folder)")
@@ -78,6 +63,19 @@ def build_parser() -> cli.Parser:
     cli.add_common(p, threads_default=f"the cores left free by other work when I·H ≥ {THREADS_PAY_PRODUCTS}, "
                                       "else 1")
     return p
+
+
+def add_construction_flags(p: cli.Parser, *, layers_help: str, constants_help: str) -> None:
+    """--construction, --layers, --variant and --constants, with this CLI's help for --layers
+    and --constants: the flags `check_teacher_and_construction` checks (here and in
+    verify.exact_sup)."""
+    p.add_argument("--construction", default="shallow", metavar="{" + ",".join(CONSTRUCTIONS) + "}",
+                   help="; ".join(f"{k}: {v}" for k, v in CONSTRUCTION_HELP.items()) + " (default shallow)")
+    p.add_argument("--layers", type=positive_int, default=1, help=f"{layers_help} (default 1)")
+    p.add_argument("--variant", default="theorem", metavar="{" + ",".join(VARIANTS) + "}",
+                   help="theorem: carry z (M units); lean: carry b(z̃) (H units) (default theorem)")
+    p.add_argument("--constants", default=None, metavar="{" + ",".join(CONSTANTS) + "}",
+                   help=f"{constants_help} (default apriori; instance for --construction optimal)")
 
 
 def check_teacher_and_construction(args) -> None:

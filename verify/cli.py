@@ -27,8 +27,10 @@ import sys
 import tempfile
 import threading
 import traceback
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+
+from constructions.tasks.names import ENCODINGS, WEIGHTS
 
 EXIT_OK, EXIT_VIOLATED, EXIT_USAGE, EXIT_INTERNAL, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 GIB = 2**30
@@ -143,6 +145,33 @@ def add_common(p: argparse.ArgumentParser, *, threads_default: str) -> None:
     p.add_argument("--threads", type=positive_int, default=None, metavar="N",
                    help=f"torch threads (default: {threads_default})")
     p.add_argument("--no-progress", action="store_true", help="no progress bars on stderr")
+
+
+TEACHER_SIZE_HELP = dict(M="number of modules", K="max active modules per task, K ≤ M", I="input size",
+                         H="teacher hidden size", O="output size")
+
+
+def add_teacher_flags(p: argparse.ArgumentParser, defaults: dict, *, encodings: Sequence[str] = ENCODINGS,
+                      encoding_help: str = "task encoding e(z)", strict_names: bool = False,
+                      with_seed: bool = True) -> None:
+    """The hyperteacher's flags, with this CLI's defaults: --M --K --I --H --O (defaults[name]
+    each), --weights and --encoding (defaults["weights"], defaults["encoding"]; discrete and
+    identity when not given) and, with_seed, --seed (default 0).
+
+    With strict_names argparse itself refuses a weight or encoding name outside the lists
+    (choices); otherwise the help shows the lists and the CLI's own check refuses a wrong name
+    with its message (verify.bound.check_teacher_and_construction)."""
+    for name, what in TEACHER_SIZE_HELP.items():
+        p.add_argument(f"--{name}", type=positive_int, default=defaults[name],
+                       help=f"{what} (default {defaults[name]})")
+    for flag, names, what, fallback in (("weights", WEIGHTS, "weights of active modules", "discrete"),
+                                        ("encoding", encodings, encoding_help, "identity")):
+        default = defaults.get(flag, fallback)
+        listed = dict(choices=names) if strict_names else dict(metavar="{" + ",".join(names) + "}")
+        p.add_argument(f"--{flag}", default=default, **listed, help=f"{what} (default {default})")
+    if with_seed:
+        p.add_argument("--seed", type=seed, default=0,
+                       help="seed of the teacher and the measurement (default 0)")
 
 
 # --- output files ------------------------------------------------------------------------

@@ -20,7 +20,7 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-from constructions.names import ENCODING_NAMES, LINEAR_ENCODINGS, SPLITS, WEIGHTS
+from constructions.names import ENCODING_NAMES, LINEAR_ENCODINGS, SPLITS
 from verify import cli
 from verify.cli import (
     UsageError,
@@ -50,17 +50,11 @@ SPLIT_WORDS = (("lower the held-out fraction or raise max_tries", "lower --held-
 
 def build_parser() -> cli.Parser:
     p = cli.Parser("python -m verify.sgd", __doc__)
-    p.add_argument("--M", type=positive_int, default=8, help="number of modules (default 8)")
-    p.add_argument("--K", type=positive_int, default=2, help="max active modules per task, K ≤ M (default 2)")
-    p.add_argument("--I", type=positive_int, default=4, help="input size (default 4)")
-    p.add_argument("--H", type=positive_int, default=4, help="teacher hidden size (default 4)")
-    p.add_argument("--O", type=positive_int, default=4, help="output size (default 4)")
+    # --seed takes several seeds here: it is this CLI's own flag, below.
+    cli.add_teacher_flags(p, dict(M=8, K=2, I=4, H=4, O=4), encodings=ENCODING_NAMES,
+                          encoding_help="task encoding the students read", strict_names=True, with_seed=False)
     p.add_argument("--eps", type=positive_float, default=1e-2,
                    help="ε of the construction, which also sets the matched size (default 1e-2)")
-    p.add_argument("--weights", default="discrete", choices=WEIGHTS,
-                   help="weights of active modules (default discrete)")
-    p.add_argument("--encoding", default="identity", choices=ENCODING_NAMES,
-                   help="task encoding the students read (default identity)")
     p.add_argument("--split", default="random", choices=SPLITS,
                    help="which supports are held out (default random)")
     p.add_argument("--held-out", type=open_fraction, default=0.25,
