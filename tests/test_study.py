@@ -139,6 +139,9 @@ def test_a_smoke_study_through_a_local_ray_cluster_stores_every_row(tmp_path):
         rows = store.rows()
     assert sorted(r["config"]["split"] for r in rows) == ["non_compositional", "random"]
     assert all(r["status"] == "done" and r["report"]["rows"] for r in rows)
+    # Each worker records the code it ran (here the same as the driver's).
+    assert {(r["code_version"], r["code_fingerprint"]) for r in rows} == {
+        (study.code_version(), study.code_fingerprint())}
 
 
 @pytest.mark.parametrize("grid,argv,message", [
