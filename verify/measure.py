@@ -1,22 +1,28 @@
 """Estimate sup over x ∈ [-1,1]^I and tasks z of ‖f(e(z), x) − g(x, z)‖_∞ for any network f.
 
-A sup cannot be sampled, only bounded from below. Four stages push the estimate up:
-1. random points on every support (enumerated when there are few enough, else a
-   stratified sample), which ranks the tasks;
-2. projected sign-gradient ascent from the worst points of the worst tasks, over x in
-   the box and, with `refine_z`, over the support's weights in [0, 1], so the search
-   covers the theorem's whole task set Z_K rather than the family's weight levels;
-3. coordinate-wise line searches over x and the support's weights, from the ends of the
-   ascent's paths and from uniform points of the worst tasks, in rounds that keep the best
-   starts and search them harder. The error of a construction is a field of sharp peaks
-   (one where the knots of many products line up), and a gradient stops on the first it
-   climbs; a line across a coordinate's whole range looks past them. Their budget grows
-   as an evaluation gets cheaper (see LINE_BOOST), so a small network, with a few tasks
-   but a landscape no less rugged, is searched as hard as a large one;
-4. for I ≤ 2, a dense grid over x on the worst tasks and on the line searches' best z.
+A sup cannot be sampled, only bounded from below. Four stages push the estimate up, one
+function each, sharing one BestPoint (the worst point seen, the stage that found it, the
+evaluations each stage spent); one MeasureBudget (verify.names, with every preset) says
+what each stage may spend, and a stage whose budget is 0 is skipped alone:
+1. random points (`random_stage`) on every support (enumerated when there are few enough,
+   else a stratified sample), which ranks the tasks;
+2. projected sign-gradient ascent (`ascent_stage`) from the worst points of the worst
+   tasks, over x in the box and, with `refine_z`, over the support's weights in [0, 1], so
+   the search covers the theorem's whole task set Z_K rather than the family's levels;
+3. coordinate-wise line searches (`line_search_stage`) over x and the support's weights,
+   from the ends of the ascent's paths (without an ascent, the random stage's best points)
+   and from uniform points of the worst tasks, in rounds that keep the best starts and
+   search them harder. The error of a construction is a field of sharp peaks (one where
+   the knots of many products line up), and a gradient stops on the first it climbs; a
+   line across a coordinate's whole range looks past them. Their budget grows as an
+   evaluation gets cheaper (see LINE_BOOST), so a small network, with a few tasks but a
+   landscape no less rugged, is searched as hard as a large one;
+4. for I ≤ 2, a dense grid over x (`grid_stage`) on the worst tasks and on the line
+   searches' best z.
 The estimate is the largest error seen anywhere, with the (x, z) where it was seen.
 `f` is any callable from a float64 (B, M_e + I) tensor to (B, O): the construction,
-its dense nn.Sequential, or an SGD-trained MLP.
+its dense nn.Sequential, or an SGD-trained MLP (a student that reads a task's samples as
+one sequence is measured through verify.metrics.sup_error).
 """
 
 from __future__ import annotations
@@ -40,10 +46,11 @@ from constructions.tasks.hyperteacher import (
 from verify.cli import progress as progress_bar
 from verify.names import DEFAULT_LINE_EVALUATIONS, DEFAULT_MEASURE, MeasureBudget
 
-# The line searches (stage 3). Their budget is the ascent's evaluations times
-# min(LINE_BOOST, LINE_NUMBERS / numbers_read(f, teacher)): about the ascent's for the
-# default network (M = 32, I = H = 16, ~18,000 numbers), LINE_BOOST times for a small one
-# (≤ 512 numbers), whose evaluations are cheap but whose (x, z) landscape is no less rugged.
+# The line searches (stage 3). Their budget is MeasureBudget.line_evaluations (by default
+# the ascent's evaluations) times min(LINE_BOOST, LINE_NUMBERS / numbers_read(f, teacher)):
+# about the ascent's for the default network (M = 32, I = H = 16, ~18,000 numbers),
+# LINE_BOOST times for a small one (≤ 512 numbers), whose evaluations are cheap but whose
+# (x, z) landscape is no less rugged.
 LINE_BOOST = 32
 LINE_NUMBERS = 2**14
 # (sweeps, points of the grid over a coordinate's whole range, of the local grid) per round
