@@ -59,6 +59,12 @@ def _instance_bound_lines(r: dict) -> list[str]:
             f"{lv['refined']:,} largest{'' if lv['refined_exact'] else ' (then time ran out)'} "
             f"({lv['seconds']:.1f} s)",
         ]
+    # The float64 margin is the same on both ends (one teacher); shown against the smaller end.
+    end = ib["levels"] if "levels" in ib else zk
+    if "fp_margin" in end:
+        margin = end["fp_margin"]
+        lines.append(f"rests on      the phase form in exact arithmetic; float64 rounding: a proven γ_n "
+                     f"margin {margin:.1e} added to each upper end ({margin / end['upper']:.1e} of it)")
     lines.append(f"guided search {g['error']:.3e} = {g['error'] / cert:.3f} × certificate on "
                  f"{g['tasks']} task{'s' * (g['tasks'] != 1)} ({g['seconds']:.1f} s)")
     return lines

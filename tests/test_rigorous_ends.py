@@ -1,0 +1,217 @@
+"""Upper ends that say what they rest on (issue 19, item 5): a solver's answer is an upper end
+only when the solver proved it; interval bounds are rounded outward; the instance bound's
+float64 margin covers the distance to the exact (rational) value of its formula."""
+
+import itertools
+import math
+from fractions import Fraction
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+import theory.instance as ti
+import verify.exact_sup as es
+from constructions.registry import build
+from constructions.tasks.hyperteacher import HyperteacherConfig
+from theory.bounds import gamma, readout_norm
+from theory.lipschitz import affine_interval
+from verify.check import sample_teacher
+
+# ─── the solver's status ──────────────────────────────────────────────────────────────────────
+
+
+@pytest.mark.parametrize("status, dual, binaries, expected", [
+    (0, -0.5, True, 0.5),  # proven optimal MILP: its dual bound
+    (0, None, False, 0.4),  # an LP solved to optimality: its optimum
+    (0, None, True, math.inf),  # a MILP without a dual bound: nothing proven
+    (1, -0.5, True, math.inf),  # time limit: not proven, even with a dual bound
+    (1, None, False, math.inf),
+    (2, None, False, math.inf),
+])
+def test_an_upper_end_is_the_solvers_proof_or_inf(status, dual, binaries, expected):
+    res = SimpleNamespace(status=status, mip_dual_bound=dual, fun=-0.4, x=np.zeros(1))
+    assert es.proven_upper(res, binaries) == expected
+
+
+def one_module(weights="khot", construction="shallow", eps=1e-1):
+    teacher = sample_teacher(HyperteacherConfig(I=1, H=1, O=1, M=2, K=1, weights=weights, seed=0))
+    return teacher, build(construction, teacher, eps)
+
+
+def test_a_time_limited_solve_gives_an_infinite_upper_end_and_not_proven(monkeypatch):
+    """Every MILP answered as if its time ran out (status 1, its dual bound still there): the
+    exact sup must not report that bound, and the text says NOT proven."""
+    import scipy.optimize
+
+    real = scipy.optimize.milp
+
+    def time_limited(*args, **kwargs):
+        res = real(*args, **kwargs)
+        res.status = 1
+        return res
+
+    teacher, net = one_module()
+    honest = es.exact_sup(net, teacher, task_set="levels")
+    assert honest["proven"] and math.isfinite(honest["upper"])
+    monkeypatch.setattr(scipy.optimize, "milp", time_limited)
+    limited = es.exact_sup(net, teacher, task_set="levels")
+    assert limited["upper"] == math.inf and not limited["proven"]
+    assert limited["n_time_limited"] == limited["n_milps"] > 0
+    assert limited["lower"] == honest["lower"]  # the points it found are still real errors
+    report = dict(construction=dict(name="shallow", task_set="levels"), eps=0.1, certificate=0.05,
+                  rounding_floor=1e-13, exact=limited | dict(unstable_relus=0),
+                  measured=dict(sup_error=0.0, seconds=0.0), measured_over_exact=None,
+                  certified=es.certified(limited["upper"], 0.05), rests_on=es.RESTS_ON,
+                  checks={}, passed=True)
+    text = es.format_report(report)
+    assert "NOT proven" in text and "certified     no" in text and "proved no bound" in text
+
+
+def test_a_milp_with_no_dual_bound_gives_inf(monkeypatch):
+    import scipy.optimize
+
+    real = scipy.optimize.milp
+
+    def no_dual(*args, **kwargs):
+        res = real(*args, **kwargs)
+        res.mip_dual_bound = None
+        return res
+
+    teacher, net = one_module()
+    milp = es.Problem(net, teacher).milp_at(np.array([0]), np.array([1.0]), np.array([1.0]))
+    assert milp.binaries > 0
+    _, _, upper, proven = milp.solve(0, 1.0, 5.0)
+    assert proven and math.isfinite(upper)
+    monkeypatch.setattr(scipy.optimize, "milp", no_dual)
+    _, value, upper, proven = milp.solve(0, 1.0, 5.0)
+    assert upper == math.inf and not proven and math.isfinite(value)
+
+
+def test_milp_tol_enters_every_comparison_with_the_solvers_end():
+    from constructions.base import Claim
+
+    claim = Claim(eps=0.1, certificate=0.05, floor=1e-13)
+    upper = 0.04
+    # measured ≤ upper: the solver's end may sit MILP_TOL below the exact max.
+    ends, key = dict(lower=0.03, upper=upper), "measured <= exact upper"
+    assert es.judge(claim, ends, upper + 0.5 * es.MILP_TOL, 1e-13)[key]
+    assert not es.judge(claim, ends, upper + 2 * es.MILP_TOL, 1e-13)[key]
+    # certified: a proof, so MILP_TOL counts against the end.
+    assert es.certified(0.05 - 2 * es.MILP_TOL, 0.05)
+    assert not es.certified(0.05 - 0.5 * es.MILP_TOL, 0.05)
+    assert not es.certified(math.inf, 0.05)
+
+
+# ─── outward interval arithmetic ──────────────────────────────────────────────────────────────
+
+def exact_affine(W, b, lo, hi):
+    """(lo, hi) of W·v + b over the box, in rational arithmetic on the float64 inputs."""
+    F = Fraction
+    out_lo, out_hi = [], []
+    for row, bj in zip(W, b, strict=True):
+        terms_lo = [F(w) * F(lo[k] if w >= 0 else hi[k]) for k, w in enumerate(row)]
+        terms_hi = [F(w) * F(hi[k] if w >= 0 else lo[k]) for k, w in enumerate(row)]
+        out_lo.append(sum(terms_lo, F(bj)))
+        out_hi.append(sum(terms_hi, F(bj)))
+    return out_lo, out_hi
+
+
+def test_affine_interval_is_outward_where_plain_float64_is_not():
+    rng = np.random.default_rng(0)
+    plain_inside = 0
+    for _ in range(200):
+        n = int(rng.integers(2, 12))
+        W, b = rng.normal(size=(3, n)) * 10.0 ** rng.uniform(-3, 3), rng.normal(size=3)
+        lo = rng.uniform(-1, 0, n)
+        hi = lo + rng.uniform(0, 1, n)
+        ex_lo, ex_hi = exact_affine(W, b, lo, hi)
+        got_lo, got_hi = affine_interval(W, b, lo, hi)
+        pos, neg = np.maximum(W, 0.0), np.minimum(W, 0.0)
+        plain_lo = pos @ lo + neg @ hi + b
+        for j in range(3):
+            assert Fraction(got_lo[j]) <= ex_lo[j] and ex_hi[j] <= Fraction(got_hi[j])
+            plain_inside += Fraction(plain_lo[j]) > ex_lo[j]
+    assert plain_inside > 0, "plain float64 was never inside the exact end: the test would not bite"
+
+
+def test_an_exactly_zero_bound_stays_exact():
+    """A ReLU whose inputs are ≥ 0 with weights ≥ 0 and no bias has lower bound exactly 0: it
+    must stay stable (no binary), so the outward pad leaves an end made of zeros alone."""
+    lo, hi = affine_interval(np.array([[1.0, 2.0]]), np.zeros(1), np.zeros(2), np.ones(2))
+    assert lo[0] == 0.0 and hi[0] >= 3.0
+
+
+# ─── the instance bound's float64 margin ─────────────────────────────────────────────────────
+
+def beta_exact(s: Fraction) -> Fraction:
+    f = s - math.floor(s)
+    return 4 * f * (1 - f)
+
+
+def task_bound_exact(W, A, C, N, z) -> Fraction:
+    """task_bound's formula in rational arithmetic on the float64 W, A, C and z (K = 1): the
+    max over σ, o of (C/N²)·Σ_i max over kinks θ ∈ {±φ_ij} of Σ_h (σA_ho·B(θ, φ_ih))⁺."""
+    M, I, H = W.shape
+    F = Fraction
+    phi = [[sum(F(z[m]) * F(W[m, i, h]) for m in range(M)) * N / (4 * F(C)) for h in range(H)]
+           for i in range(I)]
+    best = None
+    for o, sigma in itertools.product(range(A.shape[1]), (1, -1)):
+        total = F(0)
+        for i in range(I):
+            kinks = [s * phi[i][j] for j in range(H) for s in (1, -1)]
+            B = [[beta_exact(t + phi[i][h]) - beta_exact(t - phi[i][h]) for h in range(H)] for t in kinks]
+            total += max(sum(max(sigma * F(A[h, o]) * row[h], 0) for h in range(H)) for row in B)
+        best = total if best is None else max(best, total)
+    return best * F(C) / N**2
+
+
+def test_the_margin_covers_the_exact_value_where_float64_alone_does_not():
+    """Large N (phases of about 10⁵) makes the rounding of θ ± φ visible: the float64 task_bound
+    falls below the exact value of its own formula on some tasks, and never by more than the margin."""
+    rng = np.random.default_rng(1)
+    below, worst = 0, 0.0
+    for _ in range(30):
+        M, I, H, O = 2, 2, 3, 2
+        W, A = rng.normal(size=(M, I, H)), rng.normal(size=(H, O))
+        C, N = float(np.abs(W).max()) * 1.01, int(rng.integers(2**18, 2**20))
+        z = np.eye(M)[rng.integers(M)] * rng.uniform(0.3, 1.0)
+        got = ti.task_bound(ti.task_phases(W, 1, C, N, z[None]), A, C, N)[0]
+        exact = task_bound_exact(W, A, C, N, z)
+        margin = ti.rounding_margin(W, A, 1, C, N)
+        below += Fraction(got) < exact
+        worst = max(worst, float(exact - Fraction(got)) / margin)
+        assert exact <= Fraction(got) + Fraction(margin)
+    assert below > 0, "float64 was never below the exact value: the margin would not be needed"
+    assert worst < 1.0
+
+
+def test_the_margin_is_at_least_the_gamma_formula():
+    """On a known case, the margin is at least the γ_n terms it must contain: the phases' γ_{M+4}·Φ
+    through B's Lipschitz constant 8, and the sums' γ_{2H}, per i, times C/N²."""
+    W = np.full((4, 2, 3), 0.5)
+    A = np.ones((3, 2))
+    C, N, K = 1.0, 1000, 2
+    Phi = 2 * 0.5 * N / (4 * C * math.sqrt(K))  # top-2 of |W| = 1.0 per (i, h)
+    assert ti.phase_scale(W, K, C, N) == pytest.approx(Phi, rel=1e-15)
+    a, I, H, M = readout_norm(A), 2, 3, 4
+    floor = I * a * (8 * gamma(M + 4) * Phi + gamma(2 * H)) * C / N**2
+    assert ti.rounding_margin(W, A, K, C, N) >= floor
+    # and it is small: about 1e-12 of the certificate I·C·a/N² here.
+    assert ti.rounding_margin(W, A, K, C, N) <= 1e-11 * I * C * a / N**2
+
+
+def test_the_instance_bounds_carry_their_margin(monkeypatch):
+    import verify.instance as vi
+
+    teacher = sample_teacher(HyperteacherConfig(I=1, H=2, O=1, M=2, K=1, weights="khot", seed=0))
+    net = build("shallow", teacher, 1e-2)
+    margin = ti.rounding_margin(teacher.W, teacher.A, 1, net.C, net.N)
+    lv = vi.levels_bound(net, teacher, seconds=5.0, progress=False)
+    zk = vi.zk_bound(net, teacher, seconds=0.0, progress=False)
+    assert lv.fp_margin == margin == zk.fp_margin > 0
+    monkeypatch.setattr(vi, "rounding_margin", lambda *args: 0.0)
+    lv0 = vi.levels_bound(net, teacher, seconds=5.0, progress=False)
+    zk0 = vi.zk_bound(net, teacher, seconds=0.0, progress=False)
+    assert lv.bound >= lv0.bound + margin and zk.bound >= zk0.bound + margin
