@@ -55,16 +55,10 @@ import warnings
 
 import numpy as np
 
-from constructions.names import (
-    CONSTRUCTION_HELP,
-    CONSTRUCTIONS,
-    ENCODINGS,
-    WEIGHTS,
-)
-from theory.bounds import CONSTANTS, VARIANTS, gamma
+from theory.bounds import gamma
 from theory.lipschitz import affine_interval, teacher_z_lipschitz
 from verify import cli
-from verify.cli import UsageError, positive_float, positive_int, seed
+from verify.cli import UsageError, positive_float, positive_int
 
 # The size guard. A MILP's time grew about as the square of its binaries (unstable ReLUs) in
 # our measurements on one busy core: 0.03 s at 8, 0.6 s at 44, 5 s at 62 (the deep
@@ -400,26 +394,13 @@ def work_estimate(net, teacher, grid: int, max_cells: int, task_set: str | None 
 # ─── the command line ───────────────────────────────────────────────────────────────────────
 
 def build_parser() -> cli.Parser:
+    from verify.bound import add_construction_flags
+
     p = cli.Parser("python -m verify.exact_sup", __doc__)
-    p.add_argument("--M", type=positive_int, default=2, help="number of modules (default 2)")
-    p.add_argument("--K", type=positive_int, default=1, help="max active modules per task, K ≤ M (default 1)")
-    p.add_argument("--I", type=positive_int, default=1, help="input size (default 1)")
-    p.add_argument("--H", type=positive_int, default=1, help="teacher hidden size (default 1)")
-    p.add_argument("--O", type=positive_int, default=1, help="output size (default 1)")
+    cli.add_teacher_flags(p, dict(M=2, K=1, I=1, H=1, O=1))
     p.add_argument("--eps", type=positive_float, default=5e-2, help="target sup error ε > 0 (default 5e-2)")
-    p.add_argument("--weights", default="discrete", metavar="{" + ",".join(WEIGHTS) + "}",
-                   help="weights of active modules (default discrete)")
-    p.add_argument("--encoding", default="identity", metavar="{" + ",".join(ENCODINGS) + "}",
-                   help="task encoding e(z) (default identity)")
-    p.add_argument("--construction", default="shallow", metavar="{" + ",".join(CONSTRUCTIONS) + "}",
-                   help="; ".join(f"{k}: {v}" for k, v in CONSTRUCTION_HELP.items()) + " (default shallow)")
-    p.add_argument("--layers", type=positive_int, default=1,
-                   help="modular layers L of the teacher; L > 1 is built from shallow blocks (default 1)")
-    p.add_argument("--variant", default="theorem", metavar="{" + ",".join(VARIANTS) + "}",
-                   help="theorem: carry z (M units); lean: carry b(z̃) (H units) (default theorem)")
-    p.add_argument("--constants", default=None, metavar="{" + ",".join(CONSTANTS) + "}",
-                   help="apriori or instance (default apriori; instance for --construction optimal)")
-    p.add_argument("--seed", type=seed, default=0, help="seed of the teacher and the measurement (default 0)")
+    add_construction_flags(p, constants_help="apriori or instance",
+                           layers_help="modular layers L of the teacher; L > 1 is built from shallow blocks")
     p.add_argument("--task-set", default="own", choices=("own", "levels", "Z_K"),
                    help="where to take the sup: the construction's own task set, the family's weight "
                         "levels (exact for khot and discrete), or all of Z_K (default own)")
