@@ -29,7 +29,8 @@ class MeasureBudget:
        best points): `line_evaluations` before verify.measure's LINE_BOOST, which raises it
        for a cheap network. None: as many as the ascent spent, so a lighter or heavier
        search is so in both stages; with the ascent off, the default ascent's
-       (DEFAULT_LINE_EVALUATIONS), so turning the ascent off does not starve them;
+       (DEFAULT_LINE_EVALUATIONS), so turning the ascent off does not starve them. A
+       budget below one start's cost still buys one start (one sweep of every coordinate);
     4. for I ≤ 2, a grid of `grid_points` per axis of x (None: 4097 for I = 1, 257 for I = 2).
     `refine_tasks` = 0 leaves stages 2 and 3 nothing to start from.
     """
