@@ -151,9 +151,9 @@ def plot(rows: list[dict], meta: dict):
     fx.set(ylabel="training R² (dotted: converged)", title="(f) convergence: every row's training R²")
     stale = any(c["other"] or c["unknown"] for c in meta["code"].values())
     fig.suptitle("The paper's sweeps as studies: held-out R² (the official estimator), mean ± sd over seeds"
-                 + ("\n[other code / unknown code: runs not made by the installed code (its fingerprint "
-                    f"{meta['code_fingerprint'][:12]}); python -m verify.study run STUDY --rerun-stale "
-                    "recomputes them]" if stale else ""), fontsize=10)
+                 + ("\n[other code / unknown code: runs not made by the installed code (its fingerprint is "
+                    "in the figure's .json); python -m verify.study run STUDY --rerun-stale recomputes "
+                    "them]" if stale else ""), fontsize=10)
     return fig
 
 

@@ -352,7 +352,8 @@ def test_an_old_store_reads_as_unknown_code_is_migrated_on_write_and_rerun_stale
     table = json.loads(capsys.readouterr().out)
     assert (table["runs_done"], table["runs_unknown_code"], table["runs_other_code"]) == (2, 2, 0)
     assert [r["code"] for r in table["rows"]] == ["unknown (2 of 2)"]
-    assert any("2 by unknown code (stored before runs recorded their code)" in n for n in table["notes"])
+    assert any(n.startswith("2 of 2 done runs were not made by this code: 2 by unknown code (stored before "
+                            "runs recorded their code)") for n in table["notes"])
     assert db.read_bytes() == before and "code_fingerprint" not in columns(db)
     # run opens it for writing: the columns are added, old rows stay, with no code.
     kept = study.run_study(path, "paper", out, engine="serial", progress=False)
@@ -382,18 +383,19 @@ def test_the_fingerprint_hashes_the_modules_a_result_depends_on_wherever_they_ar
         shutil.copytree(root / package, tmp_path / package,
                         ignore=shutil.ignore_patterns("__pycache__", "results"))
 
-    def fingerprint() -> str:
-        proc = subprocess.run([sys.executable, "-c", FINGERPRINT], cwd=tmp_path, capture_output=True,
-                              text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(tmp_path)})
+    def fingerprint(where: Path = tmp_path) -> str:
+        proc = subprocess.run([sys.executable, "-c", FINGERPRINT], cwd=where, capture_output=True,
+                              text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(where)})
         assert proc.returncode == 0, proc.stderr
         return proc.stdout.strip()
 
-    assert fingerprint() == study.code_fingerprint()
+    copied = fingerprint()
+    assert copied == fingerprint(root) and len(copied) == 64
     for plumbing in ("verify/cli.py", "verify/effects.py", "verify/store.py", "verify/study.py"):
         with open(tmp_path / plumbing, "a") as f:
             f.write("\n# an edit that changes no result\n")
-    assert fingerprint() == study.code_fingerprint()
-    seen = {study.code_fingerprint()}
+    assert fingerprint() == copied
+    seen = {copied}
     for module in ("verify/train.py", "verify/metrics.py", "constructions/tasks/hyperteacher.py",
                    "theory/bounds.py"):
         with open(tmp_path / module, "a") as f:

@@ -600,7 +600,10 @@ def stale_line(n_stale: int, n_all: int, n_unknown: int, others: list[str], curr
                      f"{', '.join(short(f) for f in others)})")
     if n_unknown:
         parts.append(f"{n_unknown} by unknown code (stored before runs recorded their code)")
-    return (f"{n_stale} of {n_all} done runs were not made by this code (fingerprint {short(current)}): "
+    # This code's fingerprint is named only beside other fingerprints: a table of unknown
+    # code alone (the committed stores) then reads the same whatever code writes it.
+    this = f" (fingerprint {short(current)})" if n_stale - n_unknown else ""
+    return (f"{n_stale} of {n_all} done runs were not made by this code{this}: "
             f"{' and '.join(parts)}; rerun them with {rerun}")
 
 
