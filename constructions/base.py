@@ -160,10 +160,19 @@ class Construction(nn.Module):
             lines.append(f"{'hidden units' if n == 0 else '':<14}{k:<{width}} = {v:,}")
         lines += [f"{'':<14}{'total':<{width}} = {u['total']:,}   formula {u['formula']}",
                   f"{'':<14}{'widths':<{width}} = {run_length(u['widths'])} "
-                  f"({len(u['widths'])} hidden layers) counted on the {u['counted_from']}",
+                  f"({len(u['widths'])} hidden layers) {widths_source(u)}",
                   f"certificate   {r['certificate']:.3e}   "
                   f"(float64 rounding ≤ {r['rounding_floor_float64']:.1e})"]
         return lines
+
+
+def widths_source(u: dict) -> str:
+    """Where a report's widths come from: counted on the built nn.Sequential, or, where that
+    was too large to build, the formula's (and then no independent count)."""
+    if u["counted_from"] == "nn.Sequential":
+        return "counted on the nn.Sequential"
+    return (f"from the formula: the nn.Sequential ({u['dense_gib']:.1f} GiB) was not built, so they "
+            "are not counted")
 
 
 def summary_value(v) -> str:
@@ -197,6 +206,9 @@ def construction_constants(teacher, constants: str = "apriori") -> tuple[float, 
 
 
 def count_hidden_units(net: nn.Module) -> list[int]:
-    """Hidden widths of any nn.Sequential MLP: out_features of every Linear but the last."""
+    """Hidden widths of any nn.Sequential MLP: out_features of every Linear but the last.
+    On a construction's to_sequential() this counts the network as built, whose every
+    block is written by index into those layers (a wrong size fails there), and which the
+    callers check against the structured evaluator's function (dense = structured)."""
     linears = [m for m in net.modules() if isinstance(m, nn.Linear)]
     return [m.out_features for m in linears[:-1]]

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from constructions.base import Construction, construction_constants
+from constructions.base import Construction, construction_constants, widths_source
 from constructions.tasks.hyperteacher import Hyperteacher
 from theory.bounds import (
     HiddenUnits,
@@ -97,7 +97,7 @@ class ShallowConstruction(Construction):
             f"              carry {carry:<9} = {u['carry']:,}",
             f"              layer 2 H       = {u['teacher']:,}",
             f"              total           = {u['total']:,}   formula {u['formula']} = O(1/√ε + M)",
-            f"              widths          = {tuple(u['widths'])} counted on the {u['counted_from']}",
+            f"              widths          = {tuple(u['widths'])} {widths_source(u)}",
             f"              ({other} variant: {r['hidden_units_' + other]:,})",
             f"certificate   I·C·a/N² = {r['certificate']:.3e}   (float64 rounding ≤ "
             f"{r['rounding_floor_float64']:.1e})",

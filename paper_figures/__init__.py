@@ -21,7 +21,8 @@ or matplotlib is loaded.
 
 from pathlib import Path
 
-# The committed, full-size figures; --quick writes its previews elsewhere (git-ignored), so a
-# smoke run never replaces them.
-DEFAULT_OUT = Path(__file__).resolve().parent / "output"
-PREVIEW_OUT = Path(__file__).resolve().parent / "preview"
+# Relative to the working folder, never to this package: in the checkout's root they are the
+# committed figures (and the git-ignored previews, so a smoke run never replaces those); from
+# an installed wheel they land under the user's folder, not in site-packages.
+DEFAULT_OUT = Path("paper_figures") / "output"
+PREVIEW_OUT = Path("paper_figures") / "preview"

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -57,20 +58,119 @@ def test_one_over_eps_growth_is_caught_as_a_wrong_exponent():
     assert fit.slope == pytest.approx(1.0, abs=1e-3) and not fit.agrees
 
 
+DEFAULT_ASYMPTOTIC = [e for e in sweep.SweepConfig().eps if e <= sweep.SweepConfig().asymptotic_eps]
+
+
+def rate_rows(error_of_N, seeds=(0, 1, 2), ICa=11.0 * 11.0):
+    """Sweep rows on the default grid's asymptotic ε: N = ⌈√(I·C·a/ε)⌉, certificate I·C·a/N²,
+    and a measured error given as a function of (N, seed)."""
+    rows = []
+    for seed in seeds:
+        for eps in DEFAULT_ASYMPTOTIC:
+            N = math.ceil(math.sqrt(ICa * (1 + 0.1 * seed) / eps))
+            rows.append(dict(N=N, seed=seed, certificate=ICa * (1 + 0.1 * seed) / N**2,
+                             measured=error_of_N(N, seed)))
+    return rows
+
+
+def test_rate_fit_passes_an_n_minus_2_error_with_a_bounded_quasi_periodic_factor():
+    """The phase form's prediction: (C/N²) times a factor that wobbles with N but has no trend."""
+    fit = sweep.rate_fit(rate_rows(lambda N, s: 121 / N**2 * (0.26 + 0.05 * math.sin(3.7 * N + s))), "g")
+    assert fit.tested and fit.agrees, fit
+
+
+@pytest.mark.parametrize("rate", [1.0, 3.0])
+def test_rate_fit_fails_an_error_of_the_wrong_rate(rate):
+    """An error ∝ N⁻¹ (a network whose squares converge too slowly, even one far under the
+    certificate here) and one ∝ N⁻³ (a measurer that weakens as N grows) both fail: the old
+    one-sided fit (slope ≤ −2) passed the second."""
+    rows = rate_rows(lambda N, s: 1e-4 * (347 / N) ** rate)
+    fit = sweep.rate_fit(rows, "g")
+    assert fit.tested and not fit.agrees, fit
+    assert all(r["measured"] <= r["certificate"] for r in rows) or rate == 1.0
+
+
+def test_a_network_whose_error_decays_like_one_over_n_fails_the_rate_fit(tmp_path, monkeypatch):
+    """End to end: a structured evaluator whose squares use √N knots while its certificate
+    claims N (error ∝ N⁻¹). The rate fit fails, and so does the dense count's agreement."""
+    import constructions.shallow as shallow
+
+    real = shallow.square_interpolant
+    monkeypatch.setattr(shallow, "square_interpolant", lambda t, N: real(t, max(1, math.isqrt(N))))
+    argv = [*TINY, "--eps", "1e-2", "1e-4", "--M", "3", "4", "--seeds", "0", "1", "--asymptotic-eps", "1e-2",
+            "--out", str(tmp_path)]
+    assert sweep.main(argv) == 1
+    payload = strict_json((tmp_path / "sweep.json").read_text())
+    rate = [f for f in payload["fits"] if f["name"] == sweep.ERROR_FIT]
+    assert rate and all(f["status"] == "fail" and f["slope"] > 0.5 for f in rate), rate
+    assert not any(r["passed"] for r in payload["rows"])
+
+
+def test_a_grid_too_narrow_to_tell_the_rate_is_refused():
+    narrow = sweep.SweepConfig(eps=(1e-3, 3e-4), seeds=(0, 1, 2))
+    assert sweep.eps_fit_gap(narrow) is None  # the units' ε-slope can be tested on it
+    gap = sweep.rate_fit_gap(narrow)
+    assert gap and "N⁻¹" in gap.reason
+    assert list(sweep.untestable(narrow).values()) == [[repr(sweep.ERROR_FIT)]]
+    assert sweep.rate_fit_gap(sweep.SweepConfig()) is None
+    assert sweep.rate_tolerance(0.5 * np.log(1 / np.array(DEFAULT_ASYMPTOTIC))) < sweep.MAX_RATE_TOLERANCE
+
+
+def test_sweep_counts_on_the_built_network_and_a_padded_one_is_caught(monkeypatch):
+    """Sizes come from the built nn.Sequential: one extra unit, padded in with zeros or an
+    always-off ReLU (so the function and the agreement check are unchanged), is counted and
+    fails the count check; a network too large to build reports the formula's widths and
+    makes no count check."""
+    from constructions.shallow import ShallowConstruction, build_shallow
+    from constructions.tasks.hyperteacher import HyperteacherConfig, sample_hyperteacher
+    from verify.check import count_built
+
+    teacher = sample_hyperteacher(HyperteacherConfig(I=2, H=2, O=2, M=3, K=2, seed=0))
+    net = build_shallow(teacher, 1e-2)
+    good = count_built(net, teacher, 0)
+    assert good["counted_from"] == "nn.Sequential" and good["count_ok"] is True
+    real = ShallowConstruction.to_sequential
+
+    def with_extra_unit(weight_in: float, weight_out: float):
+        def build(self, dtype=torch.float64):
+            dense = real(self, dtype)
+            first, second = dense[0], dense[2]
+            wider = torch.nn.Linear(first.in_features, first.out_features + 1, dtype=dtype)
+            wide_next = torch.nn.Linear(first.out_features + 1, second.out_features, dtype=dtype)
+            with torch.no_grad():
+                wider.weight[:-1], wider.bias[:-1] = first.weight, first.bias
+                wider.weight[-1], wider.bias[-1] = weight_in, -1e3 if weight_in else 0.0  # never on
+                wide_next.weight[:, :-1], wide_next.bias[:] = second.weight, second.bias
+                wide_next.weight[:, -1] = weight_out
+            return torch.nn.Sequential(wider, torch.nn.ReLU(), wide_next, *list(dense)[3:])
+        return build
+
+    for weights in ((0.0, 0.0), (1.0, 1.0)):
+        monkeypatch.setattr(ShallowConstruction, "to_sequential", with_extra_unit(*weights))
+        extra = count_built(net, teacher, 0)
+        assert extra["agreement"] <= 1e-9 and extra["count_ok"] is False
+        assert sum(extra["widths"]) == net.hidden_units().total + 1
+    monkeypatch.undo()
+    too_large = count_built(net, teacher, 0, max_bytes=0)
+    assert too_large["counted_from"] == "formula" and too_large["count_ok"] is None
+
+
 def test_small_sweep_writes_tidy_files_and_agrees_with_theory(tmp_path):
     argv = ["--eps", "1e-2", "1e-3", "1e-4", "--M", "3", "6", "--K", "2", "--seeds", "0", "1",
-            "--I", "4", "--H", "4", "--O", "3", "--out", str(tmp_path), "--no-progress"]
+            "--I", "4", "--H", "4", "--O", "3", "--asymptotic-eps", "1e-2", "--out", str(tmp_path),
+            "--no-progress"]
     assert sweep.main(argv) == 0
     rows = list(csv.DictReader(open(tmp_path / "sweep.csv")))
     assert len(rows) == 3 * 2 * 2 * 2  # ε × M × seeds × variants
     for r in rows:
+        assert r["counted_from"] == "nn.Sequential" and float(r["dense_vs_structured"]) <= 1e-9
         assert int(r["hidden_units"]) == int(r["formula_units"])
         assert float(r["certificate"]) <= float(r["eps"])
         assert float(r["measured"]) <= float(r["certificate"])
         assert float(r["seconds"]) > 0
     payload = json.loads((tmp_path / "sweep.json").read_text())
     names = {f["name"] for f in payload["fits"]}
-    assert {"log units vs log 1/ε", "log measured vs log N", "units vs M"} <= names
+    assert {"log units vs log 1/ε", sweep.ERROR_FIT, "units vs M"} <= names
     assert all(f["agrees"] for f in payload["fits"])
     by_variant = {f["group"].split()[0]: f["slope"] for f in payload["fits"] if f["name"] == "units vs M"}
     assert by_variant["theorem"] == pytest.approx(1.0) and by_variant["lean"] == pytest.approx(0.0, abs=1e-9)
@@ -97,8 +197,9 @@ def test_fit_without_residual_degrees_of_freedom_is_untested_not_a_pass():
         fit = sweep.fit_slope(x, y, "t", "g", 1.0, seeds=seeds)
         assert not fit.tested and fit.agrees is None and fit.status == "untested"
         assert "degree of freedom" in fit.reason and math.isnan(fit.slope)
-        assert "PASS" not in sweep.format_fits([fit], [dict(passed=True, measured_over_certificate=0.5, M=4,
-                                                            eps=1e-2, seed=0)] * 2).splitlines()[1]
+        row = dict(passed=True, measured_over_certificate=0.5, M=4, eps=1e-2, seed=0,
+                   counted_from="nn.Sequential")
+        assert "PASS" not in sweep.format_fits([fit], [row] * 2).splitlines()[1]
     # One more point gives a degree of freedom: a finite interval, tested.
     fit = sweep.fit_slope([1, 2, 3, 1, 2], [1, 2, 3, 5, 6], "t", "g", 1.0, seeds=[0, 0, 0, 1, 1])
     assert fit.tested and fit.agrees and math.isfinite(fit.ci_low) and math.isfinite(fit.ci_high)
@@ -125,7 +226,7 @@ def test_testability_is_decided_per_m_k_combination_that_runs():
     # Instance constants promise no units-vs-M fit, so one M is fine there.
     assert sweep.untestable(sweep.SweepConfig(M=(8,), constants="instance")) == {}
     # Two ε ≤ asymptotic_eps and one seed: no degree of freedom for the ε-fits.
-    gaps = sweep.untestable(sweep.SweepConfig(eps=(1e-2, 1e-3, 1e-4), M=(4, 8), seeds=(0, 1, 2)))
+    gaps = sweep.untestable(sweep.SweepConfig(eps=(1e-2, 1e-3, 1e-5), M=(4, 8), seeds=(0, 1, 2)))
     assert gaps == {} and sweep.untestable(sweep.SweepConfig(eps=(1e-3, 1e-4), M=(4, 8, 16), seeds=(0,)))
 
 
@@ -152,7 +253,7 @@ def files_under(folder: Path) -> list[str]:
     (["--eps", "1e-2", "--M", "4", "8", "--seeds", "0"], "--allow-untested"),
     (["--asymptotic-eps", "1e-9"], "--allow-untested"),
     (["--M", "8"], "--allow-untested"),
-    (["--eps", "1e-20", "1e-21", "--M", "4", "8", "--seeds", "0", "1", "--I", "3", "--H", "2", "--O", "2",
+    (["--eps", "1e-20", "1e-23", "--M", "4", "8", "--seeds", "0", "1", "--I", "3", "--H", "2", "--O", "2",
       "--K", "2", "--asymptotic-eps", "1e-2"], "float64"),
 ])
 def test_bad_input_exits_2_with_one_line(capsys, places, argv, message):
@@ -179,13 +280,13 @@ TINY = ["--K", "2", "--I", "3", "--H", "2", "--O", "2", "--no-progress", "--allo
 
 @pytest.mark.parametrize("argv,untested,tested", [
     # No ε ≤ 1e-3 and one seed: nothing at all can be tested.
-    (["--eps", "1e-2", "--M", "4", "8", "--seeds", "0"], {"log units vs log 1/ε", "log measured vs log N",
+    (["--eps", "1e-2", "--M", "4", "8", "--seeds", "0"], {"log units vs log 1/ε", sweep.ERROR_FIT,
                                                           "units vs M"}, set()),
     (["--eps", "1e-2", "3e-3", "--M", "4", "5", "--seeds", "0", "1", "--asymptotic-eps", "1e-9"],
-     {"log units vs log 1/ε", "log measured vs log N"}, {"units vs M"}),
+     {"log units vs log 1/ε", sweep.ERROR_FIT}, {"units vs M"}),
     # A single M: units vs M cannot be tested; two ε × two seeds leave a degree of freedom.
-    (["--eps", "1e-2", "3e-3", "--M", "4", "--seeds", "0", "1", "--asymptotic-eps", "1e-2"],
-     {"units vs M"}, {"log units vs log 1/ε", "log measured vs log N"}),
+    (["--eps", "1e-2", "1e-4", "--M", "4", "--seeds", "0", "1", "--asymptotic-eps", "1e-2"],
+     {"units vs M"}, {"log units vs log 1/ε", sweep.ERROR_FIT}),
 ])
 def test_allow_untested_reports_not_tested_never_pass(capsys, tmp_path, argv, untested, tested):
     assert sweep.main([*TINY, *argv, "--out", str(tmp_path)]) == 0

@@ -97,6 +97,8 @@ def format_report(r: dict, construction_lines: list[str]) -> str:
     if r["dense_vs_structured_max_abs"] is not None:
         lines.append(f"dense check   max|dense − structured| = {r['dense_vs_structured_max_abs']:.1e}")
     lines += [f"{'PASS' if ok else 'FAIL'}          {name}" for name, ok in r["checks"].items()]
+    if r["hidden_units"]["counted_from"] == "formula":
+        lines.append("NOT CHECKED   count = formula (no nn.Sequential was built to count on)")
     lines.append(f"verdict       {'PASS' if r['passed'] else 'FAIL'}  ({r['seconds']:.1f} s, "
                  f"peak memory {r['peak_memory_gib']:.2f} GiB)")
     return "\n".join(lines)
