@@ -199,10 +199,19 @@ def test_ctrl_c_is_one_line_and_exit_130(tmp_path, module, argv):
     assert partial_files(tmp_path) == []
 
 
-# verify.sweep, verify.sgd and paper_figures have the same test in their own test files,
-# with a check that their output files are still written.
-@pytest.mark.parametrize("module,argv", [("verify.bound", TINY_BOUND)])
-def test_a_closed_pipe_ends_quietly(tmp_path, module, argv):
+TINY_SWEEP = ["--K", "2", "--I", "3", "--H", "2", "--O", "2", "--allow-untested", "--eps", "1e-2", "--M", "4",
+              "8", "--seeds", "0"]
+FAST_SGD = [*TINY_SGD, "--eval-tasks", "32", "--shapes", "matched"]
+
+
+# paper_figures has the same test in tests/test_figures.py. TMP is the output folder, whose
+# files must all be written although stdout closed after the first line.
+@pytest.mark.parametrize("module,argv,files", [
+    ("verify.bound", TINY_BOUND, []),
+    ("verify.sweep", [*TINY_SWEEP, "--out", "TMP"], ["sweep.csv", "sweep.json"]),
+    ("verify.sgd", [*FAST_SGD, "--save", "TMP"], ["report.json", "sgd_matched.pt"]),
+])
+def test_a_closed_pipe_ends_quietly(tmp_path, module, argv, files):
     argv = [str(tmp_path) if a == "TMP" else a for a in argv]
     cmd = " ".join([sys.executable, "-m", module, *argv, "--no-progress"])
     proc = subprocess.run(["bash", "-c", f"set -o pipefail; {cmd} | head -1"], capture_output=True,
@@ -210,6 +219,7 @@ def test_a_closed_pipe_ends_quietly(tmp_path, module, argv):
     assert proc.returncode == 0, proc.stderr
     assert "Traceback" not in proc.stderr and "BrokenPipe" not in proc.stderr
     assert proc.stdout.count("\n") == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == files
 
 
 def test_an_internal_error_is_exit_3_with_its_traceback(monkeypatch, capsys):
@@ -254,21 +264,31 @@ README_SECTIONS = {  # CLI module -> the heading of its README section
 }
 
 
+def parser_actions(module: str) -> list:
+    """Every argparse action of a CLI, its subcommands' included (verify.study run, report, …)."""
+    import importlib
+
+    parser = importlib.import_module(module).build_parser()
+    actions = list(parser._actions)
+    for a in parser._actions:
+        for sub in getattr(a, "_name_parser_map", {}).values():
+            actions += sub._actions
+    return actions
+
+
+@pytest.mark.parametrize("module", sorted(README_SECTIONS))
+def test_every_flag_has_help(module):
+    assert not [a.option_strings for a in parser_actions(module) if a.option_strings and not a.help]
+
+
 @pytest.mark.parametrize("module", sorted(README_SECTIONS))
 def test_readme_documents_every_flag(module):
     """Each CLI's README section names every flag its parser has (a new flag without a
     line in the README fails here)."""
-    import importlib
-
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
     start = readme.index(README_SECTIONS[module] + "\n")
     end = readme.find("\n## ", start + 1)
     section = readme[start:end if end > 0 else None]
-    parser = importlib.import_module(module).build_parser()
-    actions = list(parser._actions)
-    for a in parser._actions:  # and every subcommand's (verify.study run, report, export)
-        for sub in getattr(a, "_name_parser_map", {}).values():
-            actions += sub._actions
-    flags = sorted({a.option_strings[-1] for a in actions if a.option_strings} - {"--help"})
+    flags = sorted({a.option_strings[-1] for a in parser_actions(module) if a.option_strings} - {"--help"})
     missing = [f for f in flags if not re.search(rf"(?<![\w-]){re.escape(f)}(?![\w-])", section)]
     assert not missing, f"README section {README_SECTIONS[module]!r} does not mention {missing}"
