@@ -14,7 +14,9 @@ Members every subclass defines (checked when the class is defined):
 - rounding_floor(unit_roundoff, dense): the worst-case floating-point error of evaluating it;
 - hidden_units(): the count from the formula (.total, .widths, .terms);
 - count_formula(): that formula as text;
-- counted_widths(): the hidden widths read off the built parameters (not the formula);
+- counted_widths(): the hidden widths the structured parameters imply (buffer shapes and N:
+  cheap, but the formula by another road, so no check; verify.check.count_built counts
+  the built to_sequential() instead);
 - to_sequential(dtype): the dense nn.Sequential of Linear and ReLU layers;
 - summary(): the parameters that determine the network, for reports.
 What it may override: claim() (what must hold: see Claim), report_fields() and

@@ -61,7 +61,10 @@ def compute(p: sweep_data.SweepPlan, progress: bool | None = None) -> tuple[list
     counted = [r for r in sweep if r["counted_from"] == "nn.Sequential"]
     checks = {f"count = formula (counted on {len(counted)} of {len(sweep)} built networks)": bool(counted)
               and all(r["hidden_units"] == r["formula_units"] and r["passed"] for r in counted),
-              "fitted slope = 1/2 (within CI + finite-size tolerance)": all(f.agrees for f in fits)}
+              # A fit over a network too large to count is untested, neither pass nor fail.
+              f"fitted slope = 1/2 (within CI + finite-size tolerance; {sum(f.tested for f in fits)} of "
+              f"{len(fits)} fits tested)": any(f.tested for f in fits)
+              and all(f.agrees for f in fits if f.tested)}
     meta = dict(sweep=p.sweep, measure=dict(p.measure), C=C, a_mean=a_mean,
                 fits=[vars(f) | dict(agrees=f.agrees) for f in fits], checks=checks)
     return rows, meta
@@ -71,11 +74,14 @@ def fit_text(meta: dict, sc) -> str:
     n_seeds = len(sc.seeds)
     lines = [f"fitted slope, ε ≤ {sc.asymptotic_eps:g}, {n_seeds} seed{'s' * (n_seeds > 1)} (95% CI):"]
     for f in meta["fits"]:
+        if f["reason"]:
+            lines.append(f"  {f['group'].split()[0]}: not tested ({f['reason']})")
+            continue
         ci = (f"[{f['ci_low']:.4f}, {f['ci_high']:.4f}]" if math.isfinite(f["ci_high"] - f["ci_low"])
               else "(too few points for a CI)")
         lines.append(f"  {f['group'].split()[0]}: {f['slope']:.4f} {ci}")
     if meta["fits"]:
-        tol = [f["tolerance"] for f in meta["fits"]]
+        tol = [f["tolerance"] for f in meta["fits"] if not f["reason"]] or [0.0]
         lines.append(f"theory 1/2, ± {min(tol):.4f}–{max(tol):.4f} for the finite-size")
         lines.append("offset of ⌈·⌉ in N and of + M + H")
     return "\n".join(lines)
