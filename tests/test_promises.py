@@ -79,7 +79,7 @@ USAGE_ROWS = [
     ("verify.bound", ["--eps", "nan"], "positive finite"),
     ("verify.sweep", ["--eps", "1e-300", "--M", "4", "--seeds", "0", "--allow-untested", "--out", "TMP"],
      "2^40"),
-    ("verify.sweep", ["--eps", "1e-20", "1e-21", "--asymptotic-eps", "1e-2", "--M", "4", "8",
+    ("verify.sweep", ["--eps", "1e-20", "1e-23", "--asymptotic-eps", "1e-2", "--M", "4", "8",
                       "--seeds", "0", "1", "--out", "TMP"], "float64"),
     ("verify.sweep", ["--seeds", "-1"], "seed"),
     ("verify.sweep", ["--out", "FILE"], "existing file"),
