@@ -102,7 +102,7 @@ def test_box_bound_is_above_the_task_bound_of_every_task_in_the_box(phi, width, 
     assert -1e-15 <= gap <= 2 * 4.0 / 256 * np.abs(A).sum(axis=0).max() * 1.3 / 81
 
 
-def exhaustive_zk_sup(net, teacher, n_w: int = 101) -> float:
+def exhaustive_zk_sup(net, teacher, n_w: int = 101, n_x: int = 1001) -> float:
     """max over a grid of x (I = 1) and of every support's weights in [0, 1]."""
     k = min(teacher.K, teacher.M)
     ws = np.array(list(itertools.product(np.linspace(0.0, 1.0, n_w), repeat=k)))
@@ -110,7 +110,7 @@ def exhaustive_zk_sup(net, teacher, n_w: int = 101) -> float:
     for support in itertools.combinations(range(teacher.M), k):
         z = np.zeros((len(ws), teacher.M))
         z[:, list(support)] = ws
-        worst = max(worst, float(grid_sup(net, teacher, z, n_x=1001).max()))
+        worst = max(worst, float(grid_sup(net, teacher, z, n_x=n_x).max()))
     return worst
 
 
@@ -265,3 +265,73 @@ def test_the_instance_bounds_are_above_the_exact_sup_by_milp(case):
     assert on_levels["upper"] <= levels_bound(net, teacher, seconds=1.0, progress=False).bound + floor
     over_zk = exact_sup(net, teacher, grid=2, max_cells=4, time_limit=5.0)
     assert over_zk["lower"] <= zk_bound(net, teacher, seconds=1.0, progress=False).bound + floor
+
+
+# ─── the pieces of box_bound and rounding_margin, against brute force ──────────────────────────
+
+def test_beta_range_is_the_min_and_max_of_beta_over_each_window():
+    """_beta_range against a fine grid of each window (plus the window's own half-integers and
+    integers, where β peaks at 1 and vanishes): its max is ≥ every value β takes there, and within
+    β's Lipschitz constant 4 times the grid step of the grid's max; its min likewise."""
+    from theory.instance import _beta_range
+
+    rng = np.random.default_rng(0)
+    lo = rng.uniform(-3.0, 3.0, 4000)
+    lo[:40], lo[40:80] = 0.5 - 0.1 * rng.random(40), 1.5  # windows that end, or start, on a peak
+    hi = lo + np.concatenate([rng.uniform(0.0, 0.02, 1000), rng.uniform(0.0, 1.2, 3000)])
+    hi[:40] = 0.5
+    got_min, got_max = _beta_range(lo, hi)
+    steps = 2001
+    for j in range(len(lo)):
+        s = np.linspace(lo[j], hi[j], steps)
+        special = np.concatenate([np.arange(np.ceil(lo[j] - 0.5), np.floor(hi[j] - 0.5) + 1) + 0.5,
+                                  np.arange(np.ceil(lo[j]), np.floor(hi[j]) + 1)])
+        values = beta(np.concatenate([s, special]))
+        slack = 4.0 * (hi[j] - lo[j]) / (steps - 1) + 1e-12
+        assert got_max[j] >= values.max() - 1e-15 and got_max[j] <= values.max() + slack
+        assert got_min[j] <= values.min() + 1e-15 and got_min[j] >= values.min() - slack
+
+
+def test_phase_slopes_are_the_phases_derivatives():
+    """φ is linear in z: moving z_m by t moves φ by t·slope_m exactly (up to rounding)."""
+    from theory.instance import phase_slopes
+
+    rng = np.random.default_rng(3)
+    M, I, H, K, C, N = 4, 2, 3, 2, 1.7, 37
+    W = rng.normal(size=(M, I, H))
+    z = rng.uniform(0, 1, (1, M))
+    slopes = phase_slopes(W, K, C, N)
+    for m in range(M):
+        t = 0.37
+        moved = z + t * np.eye(M)[m]
+        diff = task_phases(W, K, C, N, moved)[0] - task_phases(W, K, C, N, z)[0]
+        assert np.abs(diff - t * slopes[m]).max() <= 1e-12 * N
+
+
+def test_phase_scale_is_the_largest_phase_range_over_Z_K():
+    """Φ = max over supports S (|S| ≤ K) and (i, h) of Σ_{m ∈ S} |∂φ_ih/∂z_m|: the largest
+    |φ| + box radius on Z_K, by enumerating the supports."""
+    from theory.instance import phase_scale, phase_slopes
+
+    rng = np.random.default_rng(4)
+    for M, I, H, K in [(4, 2, 3, 2), (5, 3, 1, 3), (3, 1, 2, 1)]:
+        W = rng.normal(size=(M, I, H)) * rng.uniform(0.1, 3.0, (M, 1, 1))
+        C, N = 0.6 + rng.random(), int(rng.integers(5, 500))
+        slopes = np.abs(phase_slopes(W, K, C, N))
+        brute = max(slopes[list(S)].sum(axis=0).max()
+                    for k in range(1, K + 1) for S in itertools.combinations(range(M), k))
+        assert phase_scale(W, K, C, N) == pytest.approx(brute, rel=1e-14, abs=0.0)
+
+
+def test_zk_bound_is_above_the_task_bound_of_random_tasks():
+    """Each task of Z_K lies in a box, and box_bound is ≥ the task_bound of every task in it, so
+    zk_bound with no time (the first boxes, [0, 1]^K per support) is above the task_bound of
+    every task; a box radius that is too small (wrong phase slopes) falls below some task."""
+    for seed in range(3):
+        teacher = sample_hyperteacher(HyperteacherConfig(I=2, H=3, O=2, M=3, K=2, weights="continuous",
+                                                         seed=seed))
+        net = build_shallow(teacher, 1e-3)  # N ≈ 100: the phases sweep many periods over a box
+        z = random_tasks(teacher, 4000, seed)[0].numpy()
+        tb = task_bound(task_phases(teacher.W, teacher.K, net.C, net.N, z), teacher.A, net.C, net.N)
+        zk = zk_bound(net, teacher, seconds=0.0, grid=256, progress=False)
+        assert tb.max() <= zk.bound

@@ -215,3 +215,129 @@ def test_the_instance_bounds_carry_their_margin(monkeypatch):
     lv0 = vi.levels_bound(net, teacher, seconds=5.0, progress=False)
     zk0 = vi.zk_bound(net, teacher, seconds=0.0, progress=False)
     assert lv.bound >= lv0.bound + margin and zk.bound >= zk0.bound + margin
+
+
+def test_the_margin_is_the_documented_sum():
+    """rounding_margin is exactly the module docstring's sum, written out term by term on a case
+    with C ≠ 1, K > 1 and unequal |W|: the phases' γ_{M+K+16}·Φ through B's Lipschitz constant 8,
+    each value's u·(16Φ + 64), the sums over h (γ_{2H+4}) and over i with the factor C/N²
+    (γ_{I+3}), twice. A smaller term (a weaker claim) or a larger one changes it."""
+    rng = np.random.default_rng(5)
+    M, I, H, O, K, C, N = 5, 3, 4, 2, 2, 1.7, 123
+    W, A = rng.normal(size=(M, I, H)), rng.normal(size=(H, O))
+    u = 2.0**-53
+    Phi = ti.phase_scale(W, K, C, N)
+    a = readout_norm(A)
+    per_value = 8 * gamma(M + K + 16) * Phi + u * (16 * Phi + 64)
+    per_i = a * (per_value + gamma(2 * H + 4))
+    expected = 2 * (I * per_i + gamma(I + 3) * I * (a + per_i)) * C / N**2
+    assert ti.rounding_margin(W, A, K, C, N) == pytest.approx(expected, rel=1e-15, abs=0.0)
+
+
+# ─── the z-remainder and the checks at their boundaries ─────────────────────────────────────
+
+def test_the_z_remainder_is_zero_on_a_task_and_above_lg_delta_exactly():
+    """Problem.remainder is 0 for a single task and, on a cell, at least Lg·δ in exact (rational)
+    arithmetic, δ the cell's half-width and Lg teacher_z_lipschitz's float64 value: the MILP's
+    upper end adds it, so a remainder below that product would cut the bound."""
+    from theory.lipschitz import teacher_z_lipschitz
+
+    teacher = sample_teacher(HyperteacherConfig(I=2, H=3, O=2, M=3, K=2, weights="continuous", seed=1))
+    prob = es.Problem(build("shallow", teacher, 1e-1), teacher)
+    S = np.array([0, 2])
+    assert (prob.remainder(S, np.array([0.3, 0.7]), np.array([0.3, 0.7])) == 0.0).all()
+    rng = np.random.default_rng(6)
+    Ws, bs = es.teacher_arrays(teacher)
+    for _ in range(200):
+        lo = rng.uniform(0, 1, 2)
+        hi = np.minimum(lo + rng.uniform(0, 0.5, 2) * 10.0 ** -rng.integers(0, 6), 1.0)
+        R = prob.remainder(S, lo, hi)
+        Lg = teacher_z_lipschitz(Ws, bs, teacher.A, teacher.K, S, lo, hi)
+        delta = max(Fraction(h) - Fraction(v) for h, v in zip(hi, lo, strict=True)) / 2
+        for o in range(teacher.O):
+            assert Fraction(R[o]) >= Fraction(Lg[o]) * delta
+
+
+def test_the_checks_hold_at_their_boundaries():
+    """judge and certified at exact equality, and with a floor that matters: each check is
+    `≤` with MILP_TOL and the floor on the side the docstrings say, and the check keys stay."""
+    from constructions.base import EXACT_TOL, Claim
+
+    claim = Claim(eps=0.1, certificate=0.05, floor=1e-6)
+    upper, floor = 0.04, 1e-6
+    at = upper + es.MILP_TOL + floor
+    checks = es.judge(claim, dict(lower=0.05 + floor, upper=upper), at, floor)
+    assert checks == {"measured <= exact upper": True, "exact lower <= certificate": True}
+    # The floor counts for the network: half of it past the solver's end still agrees.
+    assert es.judge(claim, dict(lower=0.0, upper=upper), upper + es.MILP_TOL + 0.5 * floor, floor)[
+        "measured <= exact upper"]
+    lower_key = "exact lower <= certificate"
+    assert es.judge(claim, dict(lower=0.05 + 0.5 * floor, upper=upper), 0.0, floor)[lower_key]
+    exact = Claim(eps=0.1, certificate=0.0, floor=1e-13, exact=True)
+    key = f"exact upper <= {EXACT_TOL:g} + MILP_TOL (exact)"
+    assert es.judge(exact, dict(lower=0.0, upper=EXACT_TOL + es.MILP_TOL), 0.0, 1e-13)[key]
+    cert = 0.25 + es.MILP_TOL
+    assert es.certified(cert - es.MILP_TOL, cert) == (cert - es.MILP_TOL + es.MILP_TOL <= cert)
+    assert es.certified(0.25, 0.25 + es.MILP_TOL)
+
+
+def test_a_milp_with_one_binary_and_no_dual_bound_gives_inf(monkeypatch):
+    """One unstable ReLU (one binary): without a dual bound its answer is no proof either."""
+    import scipy.optimize
+
+    milp = es.Milp([[(np.array([[1.0]]), np.array([0.0])), (np.array([[1.0]]), np.array([0.0]))]], [1.0],
+                   np.array([-1.0]), np.array([1.0]))
+    assert milp.binaries == 1
+    real = scipy.optimize.milp
+
+    def no_dual(*args, **kwargs):
+        res = real(*args, **kwargs)
+        res.mip_dual_bound = None
+        return res
+
+    monkeypatch.setattr(scipy.optimize, "milp", no_dual)
+    _, _, upper, proven = milp.solve(0, 1.0, 5.0)
+    assert upper == math.inf and not proven
+
+
+def test_a_cells_bounds_hold_for_both_signs():
+    """solve_cell bounds max of σ·(f − g)_o for σ = +1 and −1 separately: each is above that
+    signed error on a grid of x, on every level task of an instance whose errors take both signs."""
+    teacher = sample_teacher(HyperteacherConfig(I=1, H=2, O=2, M=2, K=1, weights="khot", seed=0))
+    net = build("shallow", teacher, 0.2)
+    prob = es.Problem(net, teacher)
+    xs = np.linspace(-1.0, 1.0, 2001)
+    negative_side = False
+    for m in range(teacher.M):
+        S, w = np.array([m]), np.array([1.0])
+        bounds, _, _ = prob.solve_cell(S, w, w, np.full(2 * teacher.O, np.inf), -np.inf)
+        z = prob.z_of(S, w)
+        diff = []
+        for x in xs:
+            v = np.concatenate([z, [x]])
+            for W, b in prob.layers[:-1]:
+                v = np.maximum(W @ v + b, 0.0)
+            h = np.array([x])
+            for W, b in es.g_at(teacher, z)[:-1]:
+                h = np.maximum(W @ h + b, 0.0)
+            diff.append(prob.layers[-1][0] @ v + prob.layers[-1][1] - teacher.A.T @ h)
+        diff = np.array(diff)  # (x, O)
+        for o in range(teacher.O):
+            assert diff[:, o].max() <= bounds[2 * o] + es.MILP_TOL
+            assert -diff[:, o].min() <= bounds[2 * o + 1] + es.MILP_TOL
+            negative_side |= -diff[:, o].min() > diff[:, o].max() + 10 * es.MILP_TOL
+    assert negative_side, "no output's error was larger on its negative side: the test would not bite"
+
+
+def test_affine_interval_pads_by_gamma_of_its_columns():
+    """The pad is γ_{2n+4}·Σ|terms| with n = W's columns (each end sums 2n + 1 terms), also for a
+    wide W with one row."""
+    rng = np.random.default_rng(7)
+    n = 50
+    W, b = rng.normal(size=(1, n)), rng.normal(size=1)
+    lo, hi = -rng.uniform(0, 1, n), rng.uniform(0, 1, n)
+    pos, neg = np.maximum(W, 0.0), np.minimum(W, 0.0)
+    plain_hi = pos @ hi + neg @ lo + b
+    size = pos @ np.abs(hi) - neg @ np.abs(lo) + np.abs(b)
+    got_lo, got_hi = affine_interval(W, b, lo, hi)
+    assert got_hi[0] - plain_hi[0] >= 0.99 * gamma(2 * n + 4) * size[0]

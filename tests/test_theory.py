@@ -153,3 +153,31 @@ def test_rounding_floor_grows_with_N_and_is_far_larger_for_float32():
     assert 0 < f64 < 1e-8 < f32
     assert bounds.rounding_floor(16, 16, 32, 3, 1.3, 5.8, 3470) > f64
     assert bounds.rounding_floor(16, 16, 32, 3, 1.3, 5.8, 347, dense=False) < f64
+
+
+def test_rounding_floor_is_the_documented_gamma_bound():
+    """The floor is γ_n·a·(16·I·C + √K) with n = 2·I·N + M + H terms for the dense network and
+    M + I + H for the structured one (the docstring's count), written out here on one case, so
+    that a shorter count (a smaller floor, a weaker claim) is caught; and inf once γ_n is."""
+    I, H, M, K, C, a, N = 2, 3, 5, 2, 1.5, 2.5, 100
+    size = a * (16 * I * C + math.sqrt(K))
+    assert bounds.rounding_floor(I, H, M, K, C, a, N) == bounds.gamma(2 * 2 * 100 + 5 + 3) * size
+    assert bounds.rounding_floor(I, H, M, K, C, a, N, dense=False) == bounds.gamma(5 + 2 + 3) * size
+    # n·u ≥ 1: no bound at all (inf), whatever the readout, never nan.
+    assert bounds.rounding_floor(1, 1, 1, 1, 1.0, 0.0, 1, unit_roundoff=0.5) == math.inf
+
+
+def test_gamma_is_higham_gamma_n_and_inf_from_n_u_equal_to_one():
+    assert bounds.gamma(10, 0.01) == pytest.approx(0.1 / 0.9, rel=1e-15, abs=0.0)
+    assert bounds.gamma(3) == pytest.approx(3 * 2.0**-53 / (1 - 3 * 2.0**-53), rel=1e-15, abs=0.0)
+    assert bounds.gamma(100, 0.01) == math.inf and bounds.gamma(150, 0.01) == math.inf
+
+
+@given(M=st.integers(1, 8), K=st.integers(1, 8), seed=st.integers(0, 1000))
+def test_top_k_sum_is_the_sum_of_the_k_largest(M, K, seed):
+    a = np.random.default_rng(seed).normal(size=(M, 3))
+    expected = np.sort(a, axis=0)[::-1][:K].sum(axis=0)
+    assert np.allclose(bounds.top_k_sum(a, K), expected, rtol=1e-14, atol=0.0)
+    big = np.random.default_rng(seed).normal(size=(1000, 2))  # past numpy's small-array full sort
+    expected = np.sort(big, axis=0)[::-1][:K].sum(axis=0)
+    assert np.allclose(bounds.top_k_sum(big, K), expected, rtol=1e-12, atol=0.0)
