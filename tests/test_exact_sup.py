@@ -254,3 +254,51 @@ def test_the_checks_fail_when_the_ends_contradict():
     assert not all(es.judge(claim, dict(lower=0.06, upper=0.2), 0.045, 1e-13).values())
     exact = Claim(eps=0.1, certificate=0.0, floor=1e-13, exact=True)
     assert not all(es.judge(exact, dict(lower=0.0, upper=1e-6), 0.0, 1e-13).values())
+
+
+# ─── Milp's encoding of stable units, and exact_sup's branch and bound with a tiny budget ──────
+
+def test_a_unit_stable_at_an_exact_zero_and_the_readout_bias_are_encoded():
+    """f(u) = ReLU(u) + 0.5 on u ∈ [0, 1] and ReLU(−u) − 0.25 (pre-activation bounds exactly
+    0: stable, no binary, no rows): max f = 1.5 at u = 1, max −f = −0.5, max g = −0.25, by hand."""
+    relu = [(np.array([[1.0]]), np.array([0.0])), (np.array([[1.0]]), np.array([0.5]))]
+    milp = es.Milp([relu], [1.0], np.array([0.0]), np.array([1.0]))
+    assert milp.binaries == 0 and milp.A.shape == (0, milp.n)
+    for sign, best in ((1.0, 1.5), (-1.0, -0.5)):
+        _, value, upper, proven = milp.solve(0, sign, 5.0)
+        assert proven and value == pytest.approx(best, abs=1e-12) and upper >= best
+    dead = [(np.array([[-1.0]]), np.array([0.0])), (np.array([[1.0]]), np.array([-0.25]))]
+    _, value, upper, proven = es.Milp([dead], [1.0], np.array([0.0]), np.array([1.0])).solve(0, 1.0, 5.0)
+    assert proven and value == pytest.approx(-0.25, abs=1e-12) and upper >= -0.25
+
+
+def test_branch_and_bound_with_a_tiny_budget_reports_what_it_did():
+    """Z_K, one cell per support, then halving within max_cells: the upper end stays above an
+    exhaustive grid's sup and above the finer run's lower end, the loop stops on its budget or
+    its target, and the report's counts, remainder and point are those of the cells solved."""
+    teacher = sample_teacher(HyperteacherConfig(I=1, H=1, O=1, M=1, K=1, weights="continuous", seed=4))
+    net = build("shallow", teacher, 0.1)
+    coarse = es.exact_sup(net, teacher, grid=1, max_cells=1)
+    assert coarse["n_cells"] == 1 and not coarse["on_levels"]
+    r = es.exact_sup(net, teacher, grid=1, max_cells=7, rel_tol=0.0, abs_tol=0.0)
+    assert r["n_cells"] == 7  # 1 cell, then three halvings of 2 cells each
+    assert r["upper"] <= coarse["upper"] and r["upper"] >= max(r["lower"], coarse["lower"])
+    prob = es.Problem(net, teacher)
+    assert r["max_remainder"] == float(prob.remainder(np.array([0]), np.zeros(1), np.ones(1)).max()) > 0
+    assert r["proven"] and 0.0 <= r["seconds"] < 60.0 and r["n_milps"] <= 2 * teacher.O * r["n_cells"]
+    assert r["lower"] == pytest.approx(prob.error_at(r["z"], r["x"]), rel=1e-12)
+    z = np.linspace(0.0, 1.0, 201)
+    x = np.linspace(-1.0, 1.0, 201)
+    grid = max(prob.error_at(np.array([w]), np.array([v])) for w in z for v in x)
+    assert grid <= r["upper"] + floor_of(net)
+
+
+def test_the_task_set_asked_for_is_the_one_searched():
+    """The shallow construction's own task set is Z_K, whose cells carry a z-remainder;
+    task_set="levels" searches the khot family's single tasks, which carry none."""
+    teacher = sample_teacher(HyperteacherConfig(I=1, H=1, O=1, M=2, K=1, weights="khot", seed=4))
+    net = build("shallow", teacher, 0.1)
+    levels = es.exact_sup(net, teacher, grid=1, max_cells=1, task_set="levels")
+    assert levels["on_levels"] and levels["max_remainder"] == 0.0 and levels["n_cells"] == 2
+    zk = es.exact_sup(net, teacher, grid=1, max_cells=1)
+    assert not zk["on_levels"] and zk["max_remainder"] > 0 and zk["upper"] >= levels["lower"]

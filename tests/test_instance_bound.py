@@ -5,6 +5,7 @@ kink of two) are caught by the same grids."""
 
 import itertools
 import json
+import math
 
 import numpy as np
 import pytest
@@ -335,3 +336,130 @@ def test_zk_bound_is_above_the_task_bound_of_random_tasks():
         tb = task_bound(task_phases(teacher.W, teacher.K, net.C, net.N, z), teacher.A, net.C, net.N)
         zk = zk_bound(net, teacher, seconds=0.0, grid=256, progress=False)
         assert tb.max() <= zk.bound
+
+
+# ─── add_instance_bound: the report's fields are the bounds it calls, and its checks can fail ──
+
+CERT_TEXT = "the certificate I·C·a/N² (its proof)"
+
+
+def _report(sup_error: float, certificate_: float, floor: float, z_support, z_values) -> dict:
+    """The part of verify.bound's report that add_instance_bound reads, with one earlier check."""
+    return dict(measured=dict(sup_error=sup_error, z_support=list(z_support), z_values=list(z_values)),
+                certificate=certificate_, seconds=1.5, rounding_floor_float64=floor,
+                checks={"an earlier check": True}, passed=True)
+
+
+def _instance(weights: str):
+    teacher = sample_hyperteacher(HyperteacherConfig(I=1, H=2, O=2, M=3, K=2, weights=weights, seed=3))
+    net = build_shallow(teacher, 2e-2, constants="instance")
+    measured_z = np.array([1.0, 0.0, 1.0]) if weights != "continuous" else np.array([0.75, 0.0, 0.5])
+    return teacher, net, measured_z
+
+
+@pytest.mark.parametrize("weights", ["discrete", "continuous"])
+def test_add_instance_bound_reports_the_bounds_it_calls(weights):
+    """With no time (seconds = 0: zk_bound's first boxes, levels_bound's first pass, both
+    deterministic), every field is the value of the function it comes from, recomputed here;
+    a measured error above the bounds makes its check False and `passed` False."""
+    from verify.instance import RESTS_ON, add_instance_bound
+
+    teacher, net, mz = _instance(weights)
+    support = np.flatnonzero(mz)
+    zk = zk_bound(net, teacher, seconds=0.0, progress=False)
+    has_levels = weights != "continuous"
+    lv = levels_bound(net, teacher, seconds=0.0, progress=False) if has_levels else None
+    on_levels = guided_search(net, teacher, lv.top_z[:4]) if has_levels else (-1.0, None, None)
+    at_measured = guided_search(net, teacher, mz[None])
+    guided = max(on_levels, at_measured, key=lambda r: r[0])
+    assert 0.0 < guided[0] < zk.bound
+    floor = net.rounding_floor()
+    # Certificates above and below zk's bound: the upper end is the smaller, and says which.
+    for cert in (2.0 * zk.bound, zk.bound, 0.5 * zk.bound):
+        for sup_error in (0.0, guided[0], 0.25 * zk.bound):
+            report = _report(sup_error, cert, floor, support, mz[support])
+            add_instance_bound(report, net, teacher, 0.0, progress=False)
+            ib = report["instance_bound"]
+            assert set(ib) == ({"Z_K", "guided", "levels"} if has_levels else {"Z_K", "guided"})
+            upper, lower = min(zk.bound, cert), max(sup_error, guided[0])
+            Z = ib["Z_K"]
+            assert Z["lower"] == lower and Z["upper"] == upper
+            assert Z["upper_over_lower"] == upper / lower
+            assert Z["lower_from"] == ("guided search" if guided[0] > sup_error else "measurer")
+            assert Z["branch_and_bound"] == zk.bound and Z["boxes"] == zk.pieces
+            assert Z["resolution"] == zk.resolution and Z["fp_margin"] == zk.fp_margin
+            assert Z["over_certificate"] == upper / cert and 0.0 <= Z["seconds"] < 30.0
+            assert Z["rests_on"] == (RESTS_ON if zk.bound < cert else CERT_TEXT)
+            g = ib["guided"]
+            assert g["error"] == guided[0] and np.array_equal(g["x"], guided[1])
+            assert g["z_support"] == [int(k) for k in np.flatnonzero(guided[2])]
+            assert g["z_values"] == [float(v) for v in guided[2][guided[2] > 0]]
+            assert g["tasks"] == (min(4, len(lv.top_z)) + 1 if has_levels else 1)
+            assert 0.0 <= g["seconds"] < 30.0
+            checks = report["checks"]
+            assert checks["an earlier check"]
+            assert checks["lower end <= instance bound"] == (lower <= upper + floor)
+            if has_levels:
+                L = ib["levels"]
+                assert L["lower"] == on_levels[0] and L["upper"] == lv.bound and L["tasks"] == lv.pieces
+                assert L["upper_over_lower"] == lv.bound / on_levels[0]
+                assert L["over_certificate"] == lv.bound / cert and L["fp_margin"] == lv.fp_margin
+                assert L["first_pass"] == lv.settings["first_pass"] and L["refined"] == 0
+                assert L["refined_exact"] == lv.settings["refined_exact"] and L["rests_on"] == RESTS_ON
+                assert L["worst_support"] == [int(k) for k in np.flatnonzero(lv.z)]
+                assert L["worst_values"] == [float(v) for v in lv.z[lv.z > 0]]
+                assert checks["levels: lower end <= bound"] == (on_levels[0] <= lv.bound + floor)
+                assert checks["levels: lower end <= bound"]
+            else:
+                assert "levels: lower end <= bound" not in checks
+            assert report["passed"] == all(checks.values())
+            assert report["seconds"] == 1.5 + sum(e["seconds"] for e in ib.values())
+        # Upper ends below the lower ones: the checks fail, and `passed` with them.
+        report = _report(2.0 * max(cert, zk.bound), cert, floor, support, mz[support])
+        add_instance_bound(report, net, teacher, 0.0, progress=False)
+        assert report["instance_bound"]["Z_K"]["lower_from"] == "measurer"
+        assert not report["checks"]["lower end <= instance bound"] and not report["passed"]
+
+
+def test_add_instance_bound_checks_at_their_boundaries(monkeypatch):
+    """Each check is lower ≤ upper + floor: True at equality, False one step past it, with the
+    floor on the upper side. zk_bound's and levels_bound's answers are replaced by bounds that
+    put the lower ends exactly there."""
+    import dataclasses
+
+    import verify.instance as vi
+
+    teacher, net, mz = _instance("discrete")
+    support = np.flatnonzero(mz)
+    lv = levels_bound(net, teacher, seconds=0.0, progress=False)
+    zk = zk_bound(net, teacher, seconds=0.0, progress=False)
+    x = guided_search(net, teacher, lv.top_z[:4])[0]
+    floor = x / 2.0  # x − x/2 and x/2 + x/2 are exact
+    cert = 4.0 * zk.bound
+    for z_up, l_up, z_ok, l_ok in [(0.5 * zk.bound, x / 2.0, True, True),
+                                   (0.5 * zk.bound, np.nextafter(np.nextafter(x / 2.0, 0), 0), True, False)]:
+        monkeypatch.setattr(vi, "zk_bound", lambda *a, b=z_up, **k: dataclasses.replace(zk, bound=b))
+        monkeypatch.setattr(vi, "levels_bound", lambda *a, b=l_up, **k: dataclasses.replace(lv, bound=b))
+        assert (l_up + floor == x) == l_ok
+        for sup_error, ok in [(z_up + floor, z_ok), (np.nextafter(z_up + floor, np.inf), False)]:
+            report = _report(sup_error, cert, floor, support, mz[support])
+            vi.add_instance_bound(report, net, teacher, 0.0, progress=False)
+            assert report["instance_bound"]["Z_K"]["lower"] == sup_error
+            assert report["instance_bound"]["levels"]["lower"] == x
+            assert report["checks"]["lower end <= instance bound"] == ok
+            assert report["checks"]["levels: lower end <= bound"] == l_ok
+            assert report["passed"] == (ok and l_ok)
+
+
+def test_add_instance_bound_with_no_error_found_has_an_infinite_ratio(monkeypatch):
+    """lower = 0 (nothing measured, the guided search finding 0): upper/lower is inf, not a
+    division by zero."""
+    import verify.instance as vi
+
+    teacher, net, mz = _instance("continuous")
+    support = np.flatnonzero(mz)
+    monkeypatch.setattr(vi, "guided_search", lambda net, teacher, z, **k: (0.0, np.zeros(teacher.I), z[0]))
+    report = _report(0.0, 1.0, net.rounding_floor(), support, mz[support])
+    vi.add_instance_bound(report, net, teacher, 0.0, progress=False)
+    Z = report["instance_bound"]["Z_K"]
+    assert Z["lower"] == 0.0 and Z["upper_over_lower"] == math.inf and Z["lower_from"] == "measurer"

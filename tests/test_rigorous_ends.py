@@ -341,3 +341,100 @@ def test_affine_interval_pads_by_gamma_of_its_columns():
     size = pos @ np.abs(hi) - neg @ np.abs(lo) + np.abs(b)
     got_lo, got_hi = affine_interval(W, b, lo, hi)
     assert got_hi[0] - plain_hi[0] >= 0.99 * gamma(2 * n + 4) * size[0]
+
+
+# ─── teacher_z_lipschitz against its formula in rationals ───────────────────────────────────
+
+def lg_in_rationals(Ws, bs, A, K, S, z_lo, z_hi) -> list[Fraction]:
+    """theory/lipschitz.py's docstring formula, exactly: interval q's, corner sums for the
+    pre-activations, s_l[h] = Σ_m (max|q_mh| + z_hi,m·|W_m[:, h]|·s_{l-1}) / √K masked by
+    pre_hi > 0, Lg_o = Σ_h |A_ho| s_L[h]. K is 1 or 4, so √K is rational."""
+    rK, F = {1: 1, 4: 2}[K], Fraction
+    zl, zh = [F(v) / rK for v in z_lo], [F(v) / rK for v in z_hi]
+    n_in = Ws[0].shape[1]
+    h_lo, h_hi, s = [F(-1)] * n_in, [F(1)] * n_in, [F(0)] * n_in
+    for W, b in zip(Ws, bs, strict=True):
+        H = W.shape[2]
+        pre_lo, pre_hi, s_next = [F(0)] * H, [F(0)] * H, [F(0)] * H
+        for j, m in enumerate(S):
+            for h in range(H):
+                w = [F(v) for v in W[m, :, h]]
+                q_lo = F(b[m, h]) + sum(c * (h_lo[i] if c > 0 else h_hi[i]) for i, c in enumerate(w))
+                q_hi = F(b[m, h]) + sum(c * (h_hi[i] if c > 0 else h_lo[i]) for i, c in enumerate(w))
+                corners = [q_lo * zl[j], q_lo * zh[j], q_hi * zl[j], q_hi * zh[j]]
+                pre_lo[h] += min(corners)
+                pre_hi[h] += max(corners)
+                moved = sum(abs(c) * s[i] for i, c in enumerate(w))
+                s_next[h] += max(abs(q_lo), abs(q_hi)) / rK + zh[j] * moved
+        s = [s_next[h] if pre_hi[h] > 0 else F(0) for h in range(H)]
+        h_lo, h_hi = [max(v, F(0)) for v in pre_lo], [max(v, F(0)) for v in pre_hi]
+    return [sum(abs(F(A[h, o])) * s[h] for h in range(len(s))) for o in range(A.shape[1])]
+
+
+def documented_n_ops(Ws, A, S) -> int:
+    """The roundings teacher_z_lipschitz's comment counts: H_{l-1} + 2|S| + 6 per layer, H + 1."""
+    return sum(W.shape[1] + 2 * len(S) + 6 for W in Ws) + A.shape[0] + 1
+
+
+@pytest.mark.parametrize("layers", [1, 2, 3])
+def test_teacher_z_lipschitz_is_its_formula_padded_by_its_rounding(layers):
+    """Lg ≥ the formula's exact value × (1 − γ_n)(1 + γ_{n+2}) (s is within γ_n of its exact
+    value, then the readout is scaled up by 1 + γ_{n+2}; wider float intervals only add), so a
+    smaller Lg, or a smaller factor, is caught; and Lg ≤ exact·(1 + 1e-12): the pads are
+    γ_n ≤ 1e-14 of the same sums, so a constant that grows with the mutation is caught too."""
+    from theory.lipschitz import teacher_z_lipschitz
+
+    rng = np.random.default_rng(layers)
+    for K in (1, 4):
+        for _ in range(20):
+            M, n_in, H, O = 4, 2, 3, 2
+            widths = [n_in] + [H] * layers
+            Ws = [rng.uniform(-1, 1, (M, widths[l], widths[l + 1])) for l in range(layers)]
+            bs = [rng.uniform(-1, 1, (M, H)) for _ in range(layers)]
+            A = rng.uniform(-1, 1, (H, O))
+            S = np.sort(rng.choice(M, size=min(K, int(rng.integers(1, 4))), replace=False))
+            z_lo = rng.uniform(0, 1, len(S))
+            z_hi = np.minimum(z_lo + rng.uniform(0, 0.5, len(S)), 1.0)
+            Lg = teacher_z_lipschitz(Ws, bs, A, K, S, z_lo, z_hi)
+            exact = lg_in_rationals(Ws, bs, A, K, S, z_lo, z_hi)
+            n = documented_n_ops(Ws, A, S)
+            scale = (1 - Fraction(gamma(n))) * (1 + Fraction(gamma(n + 2)))
+            for o in range(O):
+                assert Fraction(Lg[o]) >= exact[o] * scale
+                # + one ulp of 0: the final nextafter moves an exact 0 to the least subnormal.
+                assert Fraction(Lg[o]) <= exact[o] * (1 + Fraction(1, 10**12)) + Fraction(5e-324)
+
+
+def test_teacher_z_lipschitz_pads_by_the_counts_its_comment_derives(monkeypatch):
+    """The γ's it asks for: γ_{2|S|+6} per layer for the pre-activations, and last
+    γ_{n+2} with n the documented count of roundings."""
+    import theory.lipschitz as tl
+
+    calls = []
+    monkeypatch.setattr(tl, "gamma", lambda n, *a: calls.append(n) or gamma(n, *a))
+    rng = np.random.default_rng(0)
+    M, n_in, H, O = 4, 2, 3, 2
+    for layers, S in ((1, np.array([0, 3])), (2, np.array([0, 1, 2])), (3, np.array([0, 1, 2, 3]))):
+        widths = [n_in] + [H] * layers
+        Ws = [rng.uniform(-1, 1, (M, widths[l], widths[l + 1])) for l in range(layers)]
+        bs = [rng.uniform(-1, 1, (M, H)) for _ in range(layers)]
+        A = rng.uniform(-1, 1, (H, O))
+        calls.clear()
+        tl.teacher_z_lipschitz(Ws, bs, A, 4, S, np.full(len(S), 0.25), np.full(len(S), 0.75))
+        affine = [2 * W.shape[1] + 4 for W in Ws]  # affine_interval's own pads
+        assert 2 * len(S) + 6 not in affine and calls.count(2 * len(S) + 6) == layers
+        assert calls[-1] == documented_n_ops(Ws, A, S) + 2
+
+
+def test_teacher_z_lipschitz_keeps_a_unit_live_within_its_pad():
+    """A unit whose exact pre-activation bound is 2⁻⁵⁴ > 0 (q = 1 at z̃ = 0.25 + 2⁻⁵⁴, q = −1
+    at z̃ = 0.25) is live: its s counts. Moving the upper end inward by the pad kills it."""
+    from theory.lipschitz import teacher_z_lipschitz
+
+    Ws = [np.zeros((2, 1, 1))]
+    bs = [np.array([[1.0], [-1.0]])]
+    A = np.ones((1, 1))
+    z = np.array([0.5 + 2.0**-53, 0.5])
+    Lg = teacher_z_lipschitz(Ws, bs, A, 4, np.array([0, 1]), z, z)
+    exact = lg_in_rationals(Ws, bs, A, 4, np.array([0, 1]), z, z)
+    assert exact[0] == 1 and Fraction(Lg[0]) >= exact[0]

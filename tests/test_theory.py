@@ -1,5 +1,6 @@
 """The constants of `theory.bounds`, derived symbolically and checked numerically."""
 
+import itertools
 import math
 
 import numpy as np
@@ -181,3 +182,24 @@ def test_top_k_sum_is_the_sum_of_the_k_largest(M, K, seed):
     big = np.random.default_rng(seed).normal(size=(1000, 2))  # past numpy's small-array full sort
     expected = np.sort(big, axis=0)[::-1][:K].sum(axis=0)
     assert np.allclose(bounds.top_k_sum(big, K), expected, rtol=1e-12, atol=0.0)
+
+
+def test_N_is_minimal_at_and_next_to_each_certificate_value():
+    """ε exactly a certificate value I·C·a/N² (the boundary the ≤ decides) and one ulp either
+    side: N_for_eps is the smallest N whose certificate is ≤ ε, found by counting up from 1,
+    including where sqrt and ceil land one off (both of its correcting steps are taken here)."""
+    rng = np.random.default_rng(0)
+    steps = {"down": 0, "up": 0}
+    for _ in range(300):
+        I, C, a = int(rng.integers(1, 20)), float(rng.uniform(0.1, 3)), float(rng.uniform(0.1, 3))
+        for N in (1, 2, 3, int(rng.integers(4, 2000))):
+            cert = bounds.certificate(I, C, a, N)
+            for eps in (cert, np.nextafter(cert, 0.0), np.nextafter(cert, np.inf)):
+                start = max(1, math.ceil(math.sqrt(I * C * a / eps)))
+                brute = next(n for n in itertools.count(max(1, start - 3))
+                             if bounds.certificate(I, C, a, n) <= eps)
+                assert brute == 1 or bounds.certificate(I, C, a, brute - 1) > eps
+                assert bounds.N_for_eps(I, C, a, float(eps)) == brute
+                steps["down"] += brute < start
+                steps["up"] += brute > start
+    assert steps["down"] > 0 and steps["up"] > 0
