@@ -315,7 +315,8 @@ def add_instance_bound(report: dict, net, teacher, seconds: float, guided_tasks:
                     z_values=[float(v) for v in guided[2][guided[2] > 0]], tasks=n_guided,
                     seconds=guided_seconds))
     if lv is not None:
-        entry["levels"] = dict(lower=on_levels[0], upper=lv.bound, upper_over_lower=lv.bound / on_levels[0],
+        ratio = lv.bound / on_levels[0] if on_levels[0] > 0 else math.inf  # as Z_K's: no error found
+        entry["levels"] = dict(lower=on_levels[0], upper=lv.bound, upper_over_lower=ratio,
                                tasks=lv.pieces, over_certificate=lv.bound / cert, seconds=lv.seconds,
                                first_pass=lv.settings["first_pass"], refined=lv.settings["refined"],
                                refined_exact=lv.settings["refined_exact"],
