@@ -264,14 +264,15 @@ def run_sweep(sc: SweepConfig, measure: dict | None = None, progress: bool | Non
     rows = []
     for eps, M, K, seed in points:
         start = time.perf_counter()
-        report, teacher, _, _ = verify_point(_config(sc, M, K, seed), eps, "theorem", sc.constants,
-                                             build_dense=False, measure=measure, progress=False)
+        report, teacher, measured_net, _ = verify_point(_config(sc, M, K, seed), eps, "theorem", sc.constants,
+                                                        build_dense=False, measure=measure, progress=False)
         seconds = time.perf_counter() - start
         for variant in VARIANTS:
             # Sizes are counted on each variant's built nn.Sequential (count_built), which must
             # also compute the structured evaluator's function; only a network too large to
             # build reports the formula's widths, marked in counted_from.
-            net = build_shallow(teacher, eps, variant=variant, constants=sc.constants)
+            net = measured_net if variant == "theorem" else build_shallow(teacher, eps, variant=variant,
+                                                                          constants=sc.constants)
             count = count_built(net, teacher, seed)
             widths = count["widths"]
             units = hidden_units(sc.I, sc.H, M, net.N, variant)
