@@ -23,9 +23,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from paper_figures.common import COLOURS, MARKERS, FigureResult, finish, new_figure, plot_series, select
-from verify.effects import CONVERGED_R2, PAPER_ENCODING_R2, PAPER_SUPPORT_EFFECTS, effects_table
-from verify.store import RunStore
-from verify.study import code_fingerprint, default_out, expand, run_study, stored_out
+from verify.studies.driver import code_fingerprint, default_out, expand, run_study, stored_out
+from verify.studies.effects import CONVERGED_R2, PAPER_ENCODING_R2, PAPER_SUPPORT_EFFECTS, effects_table
+from verify.studies.store import RunStore
 
 NAME = "fig9_studies"
 STUDIES = ("scaling-data", "scaling-model", "task-support", "scaling-law", "size-matched")

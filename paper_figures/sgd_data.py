@@ -15,7 +15,7 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass, replace
 
-import verify.sgd
+import verify.learning.sgd
 
 SHAPES = ("matched", "balanced")
 
@@ -76,15 +76,21 @@ def clear_cache() -> None:
 def _report(args: tuple[str, ...], progress: bool | None) -> dict:
     if args not in _REPORTS:
         flags = ["--no-progress"] if progress is False else []
-        _REPORTS[args] = verify.sgd.run(verify.sgd.parse_args([*args, *flags]))
+        _REPORTS[args] = verify.learning.sgd.run(verify.learning.sgd.parse_args([*args, *flags]))
     return _REPORTS[args]
 
 
 def report(p: SgdPlan, eps: float, held_out: float, progress: bool | None = None) -> dict:
     """verify.sgd's report for one run, with its arguments (a copy: callers may annotate it).
-    The run trains once per process, showing its bars on a terminal unless progress is False."""
+    The run trains once per process, showing its bars on a terminal unless progress is False.
+    Each row also carries its network's metrics as "<side>_<metric>" columns (the names the
+    figures' data files use), composed from the report's records."""
     args = argv(p, eps, held_out)
-    return copy.deepcopy(_report(args, progress)) | dict(eps=eps, held_out=held_out, argv=list(args))
+    r = copy.deepcopy(_report(args, progress)) | dict(eps=eps, held_out=held_out, argv=list(args))
+    for row in r["rows"]:
+        mine = [m for m in r["metrics"] if m["network"] == row["network"]]
+        row |= {f"{m['side']}_{m['metric']}": m["value"] for m in mine}
+    return r
 
 
 def size_reports(p: SgdPlan, progress: bool | None = None) -> list[dict]:

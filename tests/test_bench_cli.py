@@ -44,7 +44,7 @@ def fake_runs(monkeypatch):
     monkeypatch.setattr(bench.subprocess, "run", run)
     monkeypatch.setattr(bench, "forward_speed", lambda *a, **kw: dict(FORWARD))
     monkeypatch.setattr(bench, "shallow_units", lambda M, eps: 123_456)
-    monkeypatch.setattr(bench, "training_speed", lambda widths, steps, repeats: dict(
+    monkeypatch.setattr(bench, "training_speed", lambda widths, steps, repeats, family="hyperteacher": dict(
         widths=widths, step_s=0.1, data_share=0.02, model_flops=1e10, gemm_flops=2e10, model_over_gemm=0.5))
     monkeypatch.setattr(bench, "ray_overhead", lambda: dict(study="task-support", runs=2, serial_s=4.0,
                                                             ray_s=10.0, overhead_s=6.0))
@@ -70,6 +70,7 @@ def test_table_and_threads_passed_to_the_bound_runs(capsys, fake_runs):
 def test_training_speed_measures_a_real_step():
     """The training line on a tiny MLP: a positive step time, a data share in (0, 1), and the
     model's FLOP/s as counted by verify.train.step_macs."""
-    tr = bench.training_speed([32, 32], steps=2, repeats=2)
-    assert tr["step_s"] > 0 and 0 < tr["data_share"] < 1
-    assert tr["model_over_gemm"] == pytest.approx(tr["model_flops"] / tr["gemm_flops"])
+    for family, rows in (("hyperteacher", 128 * 16), ("preference", 128 * 8)):
+        tr = bench.training_speed([32, 32], steps=2, repeats=2, family=family)
+        assert tr["step_s"] > 0 and 0 < tr["data_share"] < 1 and tr["rows"] == rows
+        assert tr["model_over_gemm"] == pytest.approx(tr["model_flops"] / tr["gemm_flops"])

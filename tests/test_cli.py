@@ -154,7 +154,7 @@ def test_saved_deeper_networks_reload_from_the_reported_widths(capsys, tmp_path,
     """network.pt of any construction is a plain Linear/ReLU stack: the widths in report.json
     rebuild it, and the reloaded network still meets the certificate."""
     from constructions.tasks.multilayer import MultiLayerHyperteacher
-    from verify.train import mlp
+    from verify.learning.train import mlp
 
     code, _, _ = run_main(capsys, [*SMALL, *argv, "--save", str(tmp_path)])
     report = json.loads((tmp_path / "report.json").read_text())

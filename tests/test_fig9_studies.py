@@ -3,8 +3,8 @@ the panels whose runs were made by other code or by unknown code."""
 
 import pytest
 
-from verify import study
-from verify.store import RunStore
+from verify.studies import driver as study
+from verify.studies.store import RunStore
 
 
 @pytest.fixture

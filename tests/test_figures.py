@@ -307,11 +307,11 @@ def test_sgd_figures_are_slow_left_out_by_default_and_run_with_slow(tmp_path):
 def test_sgd_runs_are_trained_once_and_shared(monkeypatch):
     """Figures 5 and 6 ask for one run in common (the quick plan's split at its ε); each
     distinct verify.sgd call runs once, with the plan's arguments."""
-    import verify.sgd
+    import verify.learning.sgd
     from paper_figures import sgd_data
 
     calls = []
-    monkeypatch.setattr(verify.sgd, "run", lambda args: calls.append(vars(args)) or dict(rows=[]))
+    monkeypatch.setattr(verify.learning.sgd, "run", lambda args: calls.append(vars(args)) or dict(rows=[]))
     sgd_data.clear_cache()
     try:
         p = sgd_data.plan(quick=True, seed=5)

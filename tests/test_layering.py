@@ -1,6 +1,10 @@
 """The import graph flows one way: theory ← constructions.tasks ← constructions ← verify ←
-paper_figures. Read from the source (ast), so a wrong-way import fails here, not in a
-user's circular-import traceback."""
+verify.learning ← verify.studies ← paper_figures. Read from the source (ast), so a
+wrong-way import fails here, not in a user's circular-import traceback.
+
+Inside verify, the theorem's checks (bound, check, measure, …) know nothing of training or
+studies; the command-line entry points `verify.sgd` and `verify.study` are thin modules that
+only call into verify.learning and verify.studies, and verify.bench times both sides."""
 
 import ast
 from pathlib import Path
@@ -8,14 +12,21 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-# Each layer, innermost first, and the packages its modules may import from this project.
+LEARNING_AND_STUDIES = {"verify.learning", "verify.studies", "verify.sgd", "verify.study", "verify.bench"}
+# Each layer, innermost first: the packages its modules may import from this project, and
+# the ones inside those that they may not.
 LAYERS = [
-    ("theory", {"theory"}),
-    ("constructions/tasks", {"theory", "constructions.tasks"}),
-    ("constructions", {"theory", "constructions"}),
-    ("verify", {"theory", "constructions", "verify"}),
-    ("paper_figures", {"theory", "constructions", "verify", "paper_figures"}),
+    ("theory", {"theory"}, set()),
+    ("constructions/tasks", {"theory", "constructions.tasks"}, set()),
+    ("constructions", {"theory", "constructions"}, set()),
+    ("verify", {"theory", "constructions", "verify"}, LEARNING_AND_STUDIES),
+    ("verify/learning", {"theory", "constructions", "verify"}, LEARNING_AND_STUDIES - {"verify.learning"}),
+    ("verify/studies", {"theory", "constructions", "verify"},
+     LEARNING_AND_STUDIES - {"verify.learning", "verify.studies"}),
+    ("paper_figures", {"theory", "constructions", "verify", "paper_figures"}, set()),
 ]
+# The entry points and the benchmark, which reach into the learning side on purpose.
+ENTRY_POINTS = {"verify/sgd.py", "verify/study.py", "verify/bench.py"}
 PROJECT = ("theory", "constructions", "verify", "paper_figures", "tests")
 
 
@@ -30,20 +41,42 @@ def project_imports(path: Path) -> set[str]:
     return found
 
 
-def allowed(module: str, prefixes: set[str]) -> bool:
-    return any(module == p or module.startswith(p + ".") for p in prefixes)
+def allowed(module: str, prefixes: set[str], forbidden: set[str] = frozenset()) -> bool:
+    def under(ps):
+        return any(module == p or module.startswith(p + ".") for p in ps)
+    return under(prefixes) and not under(forbidden)
 
 
-@pytest.mark.parametrize("folder, may_import", LAYERS, ids=[f for f, _ in LAYERS])
-def test_each_layer_imports_only_the_layers_below_it(folder, may_import):
-    files = sorted((ROOT / folder).glob("*.py"))
+@pytest.mark.parametrize("folder, may_import, may_not", LAYERS, ids=[f for f, _, _ in LAYERS])
+def test_each_layer_imports_only_the_layers_below_it(folder, may_import, may_not):
+    files = [p for p in sorted((ROOT / folder).glob("*.py")) if str(p.relative_to(ROOT)) not in ENTRY_POINTS]
     assert files, folder
     wrong = {f"{p.relative_to(ROOT)} imports {m}" for p in files for m in project_imports(p)
-             if not allowed(m, may_import)}
+             if not allowed(m, may_import, may_not)}
     assert not wrong, sorted(wrong)
+
+
+def test_every_package_is_in_a_layer():
+    packages = {str(p.parent.relative_to(ROOT)) for top in PROJECT[:-1]
+                for p in (ROOT / top).rglob("__init__.py")}
+    assert packages == {folder for folder, _, _ in LAYERS}
+
+
+def test_the_entry_points_are_thin():
+    """verify.sgd and verify.study hold no code of their own: a main() they import."""
+    for name in ("verify/sgd.py", "verify/study.py"):
+        tree = ast.parse((ROOT / name).read_text())
+        defined = [n for n in tree.body if isinstance(n, ast.FunctionDef | ast.ClassDef)]
+        assert not defined, name
 
 
 def test_the_check_catches_a_wrong_way_import(tmp_path):
     bad = tmp_path / "bad.py"
     bad.write_text("from verify.cli import UsageError\n")
     assert not allowed(next(iter(project_imports(bad))), LAYERS[1][1])
+    bad.write_text("from verify.studies.store import RunStore\n")
+    _, may_import, may_not = LAYERS[4]  # verify/learning
+    assert not allowed(next(iter(project_imports(bad))), may_import, may_not)
+    bad.write_text("from verify.learning.metrics import rmse\n")
+    _, may_import, may_not = LAYERS[3]  # verify (the theorem's checks)
+    assert not allowed(next(iter(project_imports(bad))), may_import, may_not)

@@ -8,9 +8,10 @@ import numpy as np
 import pytest
 import torch
 
-import verify.sgd as sgd
+import verify.learning.sgd as sgd
 from constructions import HyperteacherConfig, enumerate_supports, sample_hyperteacher
-from verify.metrics import (
+from verify.learning.families import HyperteacherFamily
+from verify.learning.metrics import (
     PAPER_HELD_OUT_TASKS,
     PAPER_PROBE_FIT_TASKS,
     PAPER_PROBE_L2,
@@ -28,7 +29,8 @@ from verify.metrics import (
     rmse,
     sample_tasks,
 )
-from verify.train import TrainConfig, shape_widths, train_mlp
+from verify.learning.records import lookup
+from verify.learning.train import TrainConfig, shape_widths, train_mlp
 
 
 @pytest.fixture(scope="module")
@@ -96,7 +98,7 @@ def test_probe_reads_z_off_a_layer_that_holds_it(teacher):
 def test_probe_sample_size_does_not_grow_with_the_task_count(teacher, monkeypatch):
     """The probe's fit must see `rows` rows for 10 tasks and for 10× as many, or its R²
     would measure the task count instead of the network."""
-    import verify.metrics as metrics
+    import verify.learning.metrics as metrics
 
     seen = []
     real = metrics.ridge_fit_predict
@@ -145,7 +147,7 @@ def test_paper_probe_reads_z_off_the_pre_relu_first_layer_and_the_encoding(teach
 
 
 def test_paper_probe_fits_one_row_per_task_with_lambda_one(teacher, monkeypatch):
-    import verify.metrics as metrics
+    import verify.learning.metrics as metrics
 
     seen = []
     real = metrics.ridge_fit_predict_paper
@@ -164,7 +166,7 @@ def test_paper_probe_fits_one_row_per_task_with_lambda_one(teacher, monkeypatch)
 
 
 def test_paper_probe_reads_each_task_at_its_last_sample(teacher, monkeypatch):
-    import verify.metrics as metrics
+    import verify.learning.metrics as metrics
 
     seen = []
     real = metrics.probe_features
@@ -279,9 +281,10 @@ def test_cli_reports_every_metric_for_the_construction_and_each_network(capsys, 
     names = [row["network"] for row in r["rows"]]
     assert names[0].startswith("construction") and names[1:] == ["sgd matched", "sgd balanced"]
     for row in r["rows"]:
-        for key in ("train_sup", "held_out_sup", "train_rmse", "held_out_rmse", "train_r2", "held_out_r2"):
-            assert np.isfinite(row[key])
-        assert row["held_out_sup"] >= row["held_out_rmse"] * 0  # present and non-negative
+        for side in ("train", "held_out"):
+            for metric in ("sup", "rmse", "r2"):
+                assert np.isfinite(lookup(r["metrics"], row["network"], side, metric)), (side, metric)
+            assert lookup(r["metrics"], row["network"], side, "sup") >= 0
     assert r["rows"][1]["hidden_units"] == r["rows"][0]["hidden_units"] == r["rows"][2]["hidden_units"]
     assert r["rows"][1]["widths"] == r["rows"][0]["widths"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["report.json", "sgd_balanced.pt", "sgd_matched.pt"]
@@ -376,7 +379,7 @@ def test_paper_preset_sets_the_papers_sizes_and_explicit_flags_override_it():
 def test_threads_pay_only_for_large_training_steps(monkeypatch):
     """The default is 1 for a small step and the free cores for a large one; --threads wins;
     torch's setting is restored after the run."""
-    from verify.train import SINGLE_THREAD_MACS
+    from verify.learning.train import SINGLE_THREAD_MACS
 
     monkeypatch.setattr(sgd.cli, "free_cores", lambda: 7)
     before = torch.get_num_threads()
@@ -385,7 +388,7 @@ def test_threads_pay_only_for_large_training_steps(monkeypatch):
         with sgd.threads_of_run(n, macs):
             assert torch.get_num_threads() == expected
         assert torch.get_num_threads() == before
-    from verify.train import mlp, step_macs
+    from verify.learning.train import mlp, step_macs
 
     assert step_macs(mlp(16 + 16, [1024] * 4, 16), 128, 16) >= SINGLE_THREAD_MACS
     assert step_macs(mlp(4 + 4, [36, 36], 4), 32, 16) < SINGLE_THREAD_MACS
@@ -396,7 +399,7 @@ def test_probe_score_leaves_out_coordinates_that_do_not_vary():
     mean into −inf (as it did for every network on the default split's 9 held-out tasks)."""
     import math
 
-    from verify.metrics import mean_dimension_r2
+    from verify.learning.metrics import mean_dimension_r2
 
     target = torch.tensor([[0.0, 1.0], [0.0, 2.0], [0.0, 3.0]], dtype=torch.float64)
     pred = torch.tensor([[0.1, 1.0], [0.0, 2.0], [0.0, 4.0]], dtype=torch.float64)
@@ -416,7 +419,8 @@ def test_each_student_goes_through_the_same_metrics(capsys):
         row = r["rows"][1]
         assert row["hidden_units"] is None and row["parameters"] > 0
         for side in ("train", "held_out", "k3", "k4"):
-            assert np.isfinite(row[f"{side}_sup"]) and np.isfinite(row[f"{side}_r2"]), side
+            for metric in ("sup", "r2"):
+                assert np.isfinite(lookup(r["metrics"], row["network"], side, metric)), side
         probe = row["probe_r2"]
         if student == "transformer":
             assert [name for name, _ in probe] == ["encoding", "block1", "final_norm"]
@@ -434,7 +438,7 @@ def test_extra_sides_are_k_plus_one_to_k_plus_extra_within_m():
 
 
 def test_tasks_beyond_k_have_exactly_k_distinct_modules_drawn_uniformly():
-    from verify.metrics import random_supports
+    from verify.learning.metrics import random_supports
 
     rng = np.random.default_rng(0)
     rows = random_supports(6, 4, 30_000, rng)
@@ -446,7 +450,7 @@ def test_tasks_beyond_k_have_exactly_k_distinct_modules_drawn_uniformly():
 
 
 def test_evaluation_tasks_are_drawn_uniformly_with_replacement_from_their_side(teacher):
-    from verify.metrics import sample_eval_tasks
+    from verify.learning.metrics import sample_eval_tasks
 
     supports = enumerate_supports(5, 2)[[0, 10]]  # {0} and {1, 3}
     tasks = sample_eval_tasks(teacher, supports, 4000, 16, np.random.default_rng(1))
@@ -461,7 +465,7 @@ def test_evaluation_tasks_are_drawn_uniformly_with_replacement_from_their_side(t
 def test_training_decays_only_matrices_and_starts_from_lecun_normal(teacher, monkeypatch):
     """The paper's mask (run.py: decay where ndim != 1): biases are not decayed; with
     decay='all' they are. The default MLP starts with zero biases (Flax's init)."""
-    from verify.train import mlp
+    from verify.learning.train import mlp
 
     seen = []
     real = torch.optim.AdamW
@@ -486,11 +490,12 @@ def test_several_seeds_run_in_turn_and_add_a_summary(capsys, tmp_path):
     assert sgd.main([*FAST, "--shapes", "matched", "--seed", "0", "1", "0", "--json",
                      "--save", str(tmp_path)]) == 0
     r = json.loads(capsys.readouterr().out)
-    assert [run["teacher"]["seed"] for run in r["runs"]] == [0, 1]
-    held = [run["rows"][1]["held_out_r2"] for run in r["runs"]]
+    assert [run["task"]["seed"] for run in r["runs"]] == [0, 1]
+    held = [lookup(run["metrics"], "sgd matched", "held_out", "r2") for run in r["runs"]]
     s = r["summary"][1]
-    assert s["network"] == "sgd matched" and s["held_out_r2"]["mean"] == pytest.approx(np.mean(held))
-    assert s["held_out_r2"]["sd"] == pytest.approx(np.std(held, ddof=1))
+    assert s["network"] == "sgd matched" and s["metric"] == "r2"
+    assert s["sides"]["held_out"]["mean"] == pytest.approx(np.mean(held))
+    assert s["sides"]["held_out"]["sd"] == pytest.approx(np.std(held, ddof=1))
     assert sorted(files_under(tmp_path)) == ["seed0/report.json", "seed0/sgd_matched.pt", "seed1/report.json",
                                              "seed1/sgd_matched.pt", "summary.json"]
 
@@ -500,7 +505,7 @@ def test_a_run_resumed_from_its_checkpoint_ends_as_an_uninterrupted_one(teacher,
     then started again from a different init: same parameters, same loss curve, bit for
     bit. The fewshot encoder's own random stream is part of the checkpoint too."""
     from constructions.tasks.encodings import make_encoder
-    from verify import train
+    from verify.learning import train
 
     supports = enumerate_supports(5, 2)
     cfg = TrainConfig(steps=12, tasks_per_batch=4, samples_per_task=3)
@@ -521,8 +526,8 @@ def test_a_run_resumed_from_its_checkpoint_ends_as_an_uninterrupted_one(teacher,
             return train.mlp(make_encoder(name, teacher, seed=1).dim + teacher.I, [8], teacher.O)
 
         def resume(init_seed, name=name, ckpt=ckpt):
-            encode = make_encoder(name, teacher, seed=1)
-            return train.train_student(teacher, encode, supports, student(init_seed), cfg, progress=False,
+            family = HyperteacherFamily(teacher, make_encoder(name, teacher, seed=1), name)
+            return train.train_student(family, supports, student(init_seed), cfg, progress=False,
                                        checkpoint=ckpt, checkpoint_every=3)
 
         monkeypatch.setattr(train, "apply_tasks", stop_at_eight)
@@ -538,32 +543,35 @@ def test_a_run_resumed_from_its_checkpoint_ends_as_an_uninterrupted_one(teacher,
     other = TrainConfig(steps=12, tasks_per_batch=5, samples_per_task=3)
     with pytest.raises(train.CheckpointMismatch):
         net = train.mlp(teacher.M + teacher.I, [8], teacher.O)
-        train.train_student(teacher, teacher.encode, supports, net, other, progress=False,
-                            checkpoint=tmp_path / "identity.ckpt")
+        train.train_student(HyperteacherFamily(teacher, teacher.encode, "identity"), supports, net, other,
+                            progress=False, checkpoint=tmp_path / "identity.ckpt")
 
 
 def test_a_second_run_on_the_same_checkpoints_trains_nothing_and_reports_the_same(tmp_path, monkeypatch):
     first = sgd.run(sgd.parse_args([*FAST, "--shapes", "matched", "--checkpoint", str(tmp_path)]))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["seed0_matched.ckpt"]
-    import verify.train as train
+    import verify.learning.train as train
 
     monkeypatch.setattr(train, "apply_tasks", lambda *a: pytest.fail("trained again"))
     again = sgd.run(sgd.parse_args([*FAST, "--shapes", "matched", "--checkpoint", str(tmp_path)]))
-    for key in ("held_out_r2", "train_r2", "held_out_sup", "final_loss"):
-        assert again["rows"][1][key] == first["rows"][1][key], key
+    assert again["metrics"] == first["metrics"]
+    assert again["rows"][1]["final_loss"] == first["rows"][1]["final_loss"]
 
 
 @pytest.mark.parametrize("weights", ["khot", "discrete", "continuous"])
 def test_training_batches_are_the_teachers_tasks_on_the_training_supports(weights):
-    """BatchMaker draws, in torch on the training device, what the family defines: supports
+    """The hyperteacher's batches are drawn, in torch on the training device, as the family
+    defines them: supports
     uniformly from the training ones (module 0 beside padding included), weights from the
     family's levels or range, x on the box, and the teacher's own outputs as targets."""
-    from verify.train import BatchMaker
+    from verify.learning.families import HyperteacherBatches
 
     t = sample_hyperteacher(HyperteacherConfig(I=3, H=4, O=2, M=5, K=3, weights=weights, seed=1))
     supports = enumerate_supports(5, 3)[[0, 5, 15]]  # {0}, {0, 1}, {0, 1, 2}
-    make = BatchMaker(t, t.encode, supports, 3000, 4, seed=2, device=torch.device("cpu"))
-    e, x, target = make()
+    make = HyperteacherBatches(t, t.encode, supports, 3000, 4, seed=2, device=torch.device("cpu"))
+    batch = make()
+    e, x, target = batch.e, batch.x, batch.y
+    assert batch.mask is None
     z = e.double()  # identity encoding: e is z
     active = z != 0
     assert active[:, 0].all() and not active[:, 3:].any()

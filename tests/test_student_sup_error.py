@@ -1,6 +1,6 @@
 """A student's sup error and its R² score the same function: for the transformer, which reads
 a task's samples as one sequence, every position's prediction (verify.metrics.sup_error,
-through verify.sgd.evaluate as the CLI runs it)."""
+through the hyperteacher family's score, as the CLI runs it)."""
 
 import numpy as np
 import pytest
@@ -9,10 +9,11 @@ from torch import nn
 
 from constructions import HyperteacherConfig, sample_hyperteacher
 from constructions.tasks.hyperteacher import enumerate_supports
-from verify import sgd
-from verify.metrics import SequenceRows, SequenceTeacher, predict, sample_eval_tasks, sup_error
+from verify.learning.families import HyperteacherFamily
+from verify.learning.metrics import SequenceRows, SequenceTeacher, predict, sample_eval_tasks, sup_error
+from verify.learning.records import as_dicts, lookup
+from verify.learning.students import TransformerStudent
 from verify.names import SGD_MEASURE
-from verify.students import TransformerStudent
 
 DELTA = 0.25
 SAMPLES = 4  # positions a task's sequence holds
@@ -52,10 +53,12 @@ def test_an_error_at_a_later_position_only_is_in_the_sup_error_as_in_the_r2():
     """Before, the sup error read the first position only and reported 0 here, while the
     R² (every position) saw the error."""
     teacher, sides = teacher_and_sides()
-    row = sgd.evaluate("stub", LaterPositionsWrong(teacher), teacher, teacher.encode, sides, seed=0)
-    assert row["train_r2"] < 1 and row["held_out_r2"] < 1
-    assert row["train_sup"] == pytest.approx(DELTA, rel=1e-12)
-    assert row["held_out_sup"] == pytest.approx(DELTA, rel=1e-12)
+    family = HyperteacherFamily(teacher, teacher.encode, "identity")
+    records, _ = family.score("stub", LaterPositionsWrong(teacher), sides, seed=0)
+    m = as_dicts(records)
+    assert lookup(m, "stub", "train", "r2") < 1 and lookup(m, "stub", "held_out", "r2") < 1
+    assert lookup(m, "stub", "train", "sup") == pytest.approx(DELTA, rel=1e-12)
+    assert lookup(m, "stub", "held_out", "sup") == pytest.approx(DELTA, rel=1e-12)
 
 
 def test_a_transformers_sup_error_bounds_its_error_on_the_r2_samples():

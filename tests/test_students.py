@@ -7,7 +7,7 @@ import pytest
 import torch
 from torch import nn
 
-from verify.students import (
+from verify.learning.students import (
     TRUNC_STD,
     HypernetworkStudent,
     TransformerStudent,

@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from verify import study
-from verify.effects import _support_effects, effects_table
-from verify.store import RunStore, config_key
+from verify.learning.records import lookup
+from verify.studies import driver as study
+from verify.studies.effects import _support_effects, effects_table
+from verify.studies.store import RunStore, config_key
 
 # The official grids (sweeps/*_hyperteacher.yaml): 6 K × 4 M × 8 fractions × 3 seeds, and so on.
 PAPER_RUNS = {"scaling-data": 576, "scaling-model": 180, "task-support": 18, "scaling-law": 2700,
@@ -188,8 +189,8 @@ def test_report_and_export_read_the_store(tmp_path, capsys):
     table = json.loads(capsys.readouterr().out)
     assert table["group_by"] == ["held_out"] and [r["runs"] for r in table["rows"]] == [2, 2]
     with RunStore(out / "study.sqlite") as store:
-        held = [r["report"]["rows"][1]["held_out_r2"] for r in store.rows()
-                if r["config"]["held_out"] == 0.25]
+        held = [lookup(r["report"]["metrics"], r["report"]["rows"][1]["network"], "held_out", "r2")
+                for r in store.rows() if r["config"]["held_out"] == 0.25]
     assert table["rows"][0]["held_out_r2_mean"] == pytest.approx(sum(held) / 2)
     assert (out / "effects.md").read_text().startswith("# tiny (paper): 4 runs done")
     assert study.main(["export", path, "--scale", "paper", "--out", str(out)]) == 0
@@ -199,7 +200,8 @@ def test_report_and_export_read_the_store(tmp_path, capsys):
 
 def test_support_effects_are_called_against_random_and_a_disagreement_is_reported():
     def row(split, mean, sd=0.0, runs=3):
-        return dict(split=split, network="custom", held_out_r2_mean=mean, held_out_r2_sd=sd, runs=runs)
+        return dict(split=split, network="custom", held_out_r2_mean=mean, held_out_r2_sd=sd, runs=runs,
+                    family="hyperteacher", effect_metric="held_out_r2")
 
     rows = [row("random", 0.95, 0.01), row("non_compositional", 0.80, 0.01),
             row("popular_modules", 0.949, 0.01), row("unpopular_modules", 0.96, 0.01)]
@@ -370,7 +372,7 @@ def test_an_old_store_reads_as_unknown_code_is_migrated_on_write_and_rerun_stale
         assert {r["code_fingerprint"] for r in store.rows()} == {study.code_fingerprint()}
 
 
-FINGERPRINT = "from verify import study; print(study.code_fingerprint())"
+FINGERPRINT = "from verify.studies import driver as study; print(study.code_fingerprint())"
 
 
 def test_the_fingerprint_hashes_the_modules_a_result_depends_on_wherever_they_are_installed(tmp_path):
@@ -391,28 +393,32 @@ def test_the_fingerprint_hashes_the_modules_a_result_depends_on_wherever_they_ar
 
     copied = fingerprint()
     assert copied == fingerprint(root) and len(copied) == 64
-    for plumbing in ("verify/cli.py", "verify/effects.py", "verify/store.py", "verify/study.py"):
+    for plumbing in ("verify/cli.py", "verify/studies/effects.py", "verify/studies/store.py",
+                     "verify/studies/driver.py", "verify/study.py"):
         with open(tmp_path / plumbing, "a") as f:
             f.write("\n# an edit that changes no result\n")
     assert fingerprint() == copied
     seen = {copied}
-    for module in ("verify/train.py", "verify/metrics.py", "constructions/tasks/hyperteacher.py",
-                   "theory/bounds.py"):
+    changed = ("verify/learning/train.py", "verify/learning/metrics.py", "verify/learning/families.py",
+               "constructions/tasks/hyperteacher.py", "constructions/tasks/preference.py", "theory/bounds.py")
+    for module in changed:
         with open(tmp_path / module, "a") as f:
             f.write("\n# changed\n")
         seen.add(fingerprint())
-    assert len(seen) == 5
+    assert len(seen) == len(changed) + 1
 
 
 STUDENT_MODULES = """
 import sys
-from verify import sgd
+from verify.learning import sgd
 FAST = ["--M", "4", "--K", "2", "--I", "3", "--H", "2", "--O", "2", "--steps", "2", "--eval-samples", "4",
         "--eval-tasks", "16", "--no-progress"]
 for extra in (["--widths", "4"], ["--student", "transformer", "--d-model", "8", "--n-heads", "2",
               "--n-layers", "1", "--d-ffw", "8"], ["--student", "hypernetwork", "--d-ffw", "8"],
               ["--encoding", "invertible_nn", "--split", "non_compositional"]):
     sgd.run(sgd.parse_args([*FAST, "--shapes", "custom", *extra] if "--widths" in extra else [*FAST, *extra]))
+sgd.run(sgd.parse_args(["--family", "preference", "--M", "4", "--K", "2", "--F", "3", "--steps", "2",
+                        "--eval-tasks", "16", "--widths", "4", "--no-progress"]))
 print(" ".join(m for m in sys.modules if m.split(".")[0] in ("theory", "constructions", "verify")))
 """
 
@@ -422,8 +428,9 @@ def test_every_project_module_a_run_loads_is_fingerprinted_or_named_as_changing_
                           timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert proc.returncode == 0, proc.stderr
     loaded = set(proc.stdout.split())
-    assert {"verify.train", "verify.metrics", "verify.students", "verify.measure",
-            "constructions.tasks.hyperteacher", "constructions.tasks.encodings"} <= loaded
+    assert {"verify.learning.train", "verify.learning.metrics", "verify.learning.students",
+            "verify.learning.families", "verify.measure", "constructions.tasks.hyperteacher",
+            "constructions.tasks.preference", "constructions.tasks.encodings"} <= loaded
     assert loaded - set(study.code_modules()) <= set(study.NOT_RESULT_CODE), \
         loaded - set(study.code_modules()) - set(study.NOT_RESULT_CODE)
     assert not set(study.code_modules()) & set(study.NOT_RESULT_CODE)

@@ -100,34 +100,52 @@ def gemm_flops(rows: int, inner: int, cols: int, repeats: int) -> float:
     return 2 * rows * inner * cols / statistics.median(times)
 
 
-def training_speed(widths: list[int], steps: int, repeats: int) -> dict:
-    """The paper's training step (I = H = O = 16, M = 16, K = 3, 128 tasks × 16 samples,
-    identity encoding) on an MLP of `widths`: seconds a step, the share spent making its
-    batch, and the model's FLOP/s against a plain GEMM's measured in the same run."""
+def paper_family(name: str):
+    """The paper's default task of a family, with the identity encoding: the hyperteacher at
+    I = H = O = 16, M = 16, K = 3; the preference grid at M = 16, K = 3, F = 32."""
+    from types import SimpleNamespace
+
+    from constructions.tasks.encodings import make_encoder
+    from constructions.tasks.hyperteacher import HyperteacherConfig, sample_hyperteacher
+    from constructions.tasks.preference import PreferenceConfig, PreferenceGrid
+    from verify.learning.families import HyperteacherFamily, PreferenceFamily
+
+    if name == "hyperteacher":
+        teacher = sample_hyperteacher(HyperteacherConfig(I=16, H=16, O=16, M=16, K=3))
+        return HyperteacherFamily(teacher, make_encoder("identity", teacher), "identity")
+    world = PreferenceGrid(PreferenceConfig(M=16, K=3, F=32))
+    return PreferenceFamily(world, make_encoder("identity", SimpleNamespace(M=16, K=3, Q=None)), "identity")
+
+
+def training_speed(widths: list[int], steps: int, repeats: int, family: str = "hyperteacher") -> dict:
+    """The paper's training step of a family (128 tasks: × 16 samples for the hyperteacher,
+    one 8-step episode each for the preference grid) on an MLP of `widths`: seconds a step,
+    the share spent making its batch, and the model's FLOP/s against a plain GEMM's measured
+    in the same run."""
     import torch
 
-    from constructions.tasks.hyperteacher import HyperteacherConfig, enumerate_supports, sample_hyperteacher
-    from verify.train import BatchMaker, mlp, step_macs, train_step
+    from constructions.tasks.hyperteacher import enumerate_supports
+    from verify.learning.train import mlp, step_macs, train_step
 
-    teacher = sample_hyperteacher(HyperteacherConfig(I=16, H=16, O=16, M=16, K=3))
-    T, P = 128, 16
-    net = mlp(teacher.M + teacher.I, widths, teacher.O)
-    batches = BatchMaker(teacher, teacher.encode, enumerate_supports(16, 3), T, P, 0, torch.device("cpu"))
+    f = paper_family(family)
+    T, P = 128, f.rows_per_task(16)
+    net = mlp(f.E + f.I, widths, f.O)
+    batches = f.batches(enumerate_supports(16, 3), T, P, 0, torch.device("cpu"))
     opt = torch.optim.AdamW(net.parameters(), lr=3e-4)
     data_s, step_s = [], []
     for i in range(steps + 1):
         start = time.perf_counter()
-        e, x, target = batches()
+        batch = batches()
         made = time.perf_counter()
-        train_step(net, opt, e, x, target)
+        train_step(net, opt, batch, f.loss)
         if i:  # the first step warms up
             data_s.append(made - start)
             step_s.append(time.perf_counter() - start)
     step, data = statistics.median(step_s), statistics.median(data_s)
     model = 2 * step_macs(net, T, P) / step
     gemm = gemm_flops(T * P, max(widths), max(widths), repeats)
-    return dict(widths=widths, step_s=step, data_share=data / step, model_flops=model, gemm_flops=gemm,
-                model_over_gemm=model / gemm)
+    return dict(family=family, widths=widths, rows=T * P, step_s=step, data_share=data / step,
+                model_flops=model, gemm_flops=gemm, model_over_gemm=model / gemm)
 
 
 def ray_overhead(study: str = "task-support") -> dict:
@@ -136,7 +154,7 @@ def ray_overhead(study: str = "task-support") -> dict:
     import tempfile
     from pathlib import Path
 
-    from verify.study import run_study
+    from verify.studies.driver import run_study
 
     seconds = {}
     with tempfile.TemporaryDirectory() as tmp:
@@ -187,6 +205,15 @@ def measure(args) -> tuple[list[dict], dict]:
                      target=0.5, higher_is_better=True, detail=tr))
     rows.append(dict(what="  share of the step spent making its batch (torch, on the device)",
                      value=tr["data_share"], unit="", target=0.10))
+    # The preference grid's batch holds a planner's demonstrations (value iteration over 304
+    # states and a rollout, per episode): the paper's 2×1024 MLP on 128 episodes.
+    pref_widths = [256] * 2 if args.quick else [1024] * 2
+    with cli.phase(f"preference grid: training steps of a {len(pref_widths)}×{pref_widths[0]} MLP", progress):
+        pr = training_speed(pref_widths, steps=3 if args.quick else 5, repeats=args.repeats,
+                            family="preference")
+    rows.append(dict(what=f"preference grid, {len(pref_widths)}×{pref_widths[0]} MLP, 128 episodes × 8 "
+                          f"steps: share of the step ({pr['step_s'] * 1e3:.0f} ms) spent making its batch",
+                     value=pr["data_share"], unit="", target=0.10, detail=pr))
     try:
         import ray  # noqa: F401
     except ImportError:

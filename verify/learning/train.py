@@ -1,9 +1,10 @@
-"""Training students on a hyperteacher's training tasks (spec §5).
+"""Training students on a task family's training tasks (spec §5; verify.learning.families).
 
 Defaults follow the paper's official code (configs/teacher.py, run.py): AdamW at a
 constant lr 3e-4, weight decay 3e-3 on matrices only (biases and LayerNorm parameters are
-masked out, `decay="matrices"`), MSE, batches of tasks × samples per task, Flax's default
-init (LeCun-normal kernels, zero biases). `decay="all"` and `init="torch_default"` are
+masked out, `decay="matrices"`), the family's loss (MSE; masked cross-entropy for the
+preference grid), batches of tasks × rows per task, Flax's default init (LeCun-normal
+kernels, zero biases). `decay="all"` and `init="torch_default"` are
 this project's earlier settings, kept under their own names. Training runs in float32 (as
 the paper's, and 2–3× faster on a CPU); every metric evaluates a float64 copy.
 """
@@ -23,9 +24,10 @@ from torch import nn
 from constructions.tasks.hyperteacher import Hyperteacher
 from verify.cli import atomic_path
 from verify.cli import progress as progress_bar
-from verify.metrics import apply_tasks, encoding_dim
+from verify.learning.families import Batch, HyperteacherFamily, TaskFamily
+from verify.learning.metrics import apply_tasks, encoding_dim
+from verify.learning.students import decay_parameter_groups, mlp_student
 from verify.names import DECAYS, INITS, SHAPES  # noqa: F401  (re-exported)
-from verify.students import decay_parameter_groups, mlp_student
 
 
 @dataclass(frozen=True)
@@ -45,7 +47,7 @@ class TrainConfig:
 class TrainResult:
     net: nn.Module  # float64 copy on the CPU, for measurement
     widths: list[int]
-    losses: list[tuple[int, float]] = field(default_factory=list)  # (step, running MSE)
+    losses: list[tuple[int, float]] = field(default_factory=list)  # (step, running loss)
     seconds: float = 0.0
     config: dict = field(default_factory=dict)
 
@@ -111,28 +113,32 @@ def step_macs(net: nn.Module, tasks_per_batch: int, samples_per_task: int) -> in
 
 def train_mlp(teacher: Hyperteacher, encode, train_supports: np.ndarray, widths: list[int],
               cfg: TrainConfig, progress: bool | None = None, threads: int | None = None) -> TrainResult:
-    """train_student on a Linear/ReLU stack of the given widths, initialised as cfg.init."""
+    """train_student on a Linear/ReLU stack of the given widths, initialised as cfg.init,
+    on the hyperteacher's tasks."""
     torch.manual_seed(cfg.seed)
     net = mlp(encoding_dim(encode, teacher.M) + teacher.I, widths, teacher.O, cfg.init)
-    return train_student(teacher, encode, train_supports, net, cfg, progress, threads,
+    family = HyperteacherFamily(teacher, encode, getattr(encode, "name", "identity"))
+    return train_student(family, train_supports, net, cfg, progress, threads,
                          name="×".join(map(str, widths)), widths=widths)
 
 
-def train_student(teacher: Hyperteacher, encode, train_supports: np.ndarray, net: nn.Module,
+def train_student(family: TaskFamily, train_supports: np.ndarray, net: nn.Module,
                   cfg: TrainConfig, progress: bool | None = None, threads: int | None = None,
                   name: str = "student", widths: list[int] | None = None,
                   checkpoint: Path | None = None, checkpoint_every: int = 1000) -> TrainResult:
-    """Fit any student (an MLP, or one with forward_tasks: verify.students) by AdamW on MSE;
-    each step draws fresh tasks from the training supports and fresh x, so the only thing
-    held out is which module combinations are seen. `net` is trained in place, in float32.
+    """Fit any student (an MLP, or one with forward_tasks: verify.learning.students) by AdamW
+    on the family's loss; each step draws fresh tasks from the training supports (and fresh
+    x, or fresh episodes), so the only thing held out is which module combinations are seen.
+    `net` is trained in place, in float32.
 
     With `checkpoint` (a file), the model, the optimizer, every random stream and the loss
     curve are saved there every `checkpoint_every` steps (atomically), and a run that
     finds one resumes from it: the result is the one an uninterrupted run gives."""
     if cfg.decay not in DECAYS:
         raise ValueError(f"decay must be one of {', '.join(DECAYS)}; got {cfg.decay!r}")
-    with threads_for(step_macs(net, cfg.tasks_per_batch, cfg.samples_per_task), cfg.device, threads):
-        return _train(teacher, encode, train_supports, net, cfg, progress, name, widths,
+    P = family.rows_per_task(cfg.samples_per_task)
+    with threads_for(step_macs(net, cfg.tasks_per_batch, P), cfg.device, threads):
+        return _train(family, train_supports, net, cfg, progress, name, widths,
                       None if checkpoint is None else Path(checkpoint), checkpoint_every)
 
 
@@ -140,10 +146,11 @@ class CheckpointMismatch(ValueError):
     """A checkpoint file that another run (other settings, student or supports) wrote."""
 
 
-def _fingerprint(cfg: TrainConfig, net: nn.Module, train_supports: np.ndarray) -> dict:
-    """What a checkpoint must match to be resumed: the settings, the student's parameter
-    shapes and the training supports."""
-    return dict(config={k: v for k, v in asdict(cfg).items() if k != "device"},
+def _fingerprint(family: TaskFamily, cfg: TrainConfig, net: nn.Module, train_supports: np.ndarray) -> dict:
+    """What a checkpoint must match to be resumed: the family and its settings, the training
+    settings, the student's parameter shapes and the training supports."""
+    return dict(family=family.name, task=family.config(),
+                config={k: v for k, v in asdict(cfg).items() if k != "device"},
                 shapes={k: list(v.shape) for k, v in net.state_dict().items()},
                 supports=hashlib.sha256(np.ascontiguousarray(train_supports, dtype=np.int64)).hexdigest())
 
@@ -153,72 +160,27 @@ def _save_checkpoint(path: Path, state: dict) -> None:
         torch.save(state, tmp)
 
 
-class BatchMaker:
-    """Training batches made where training runs, in torch, from one generator on that
-    device: supports drawn uniformly (with replacement) from the training ones, their
-    weights, x uniform on [-1, 1]^I, and the teacher's targets, in float64 (cast to float32
-    for the step). Nothing crosses to the host but the encoder's input when the encoder
-    is a CPU one (z, T×M numbers a step); `identity` needs no encoder call at all."""
-
-    def __init__(self, teacher: Hyperteacher, encode, train_supports: np.ndarray, T: int, P: int,
-                 seed: int, device: torch.device):
-        self.teacher, self.encode, self.T, self.P, self.device = teacher, encode, T, P, device
-        self.generator = torch.Generator(device=device).manual_seed(seed)
-        # Copies: the arrays may be read-only (loaded from a file), and they move to the device.
-        self.supports = torch.tensor(np.asarray(train_supports), dtype=torch.int64, device=device)
-        self.levels = torch.tensor(teacher.weight_values, dtype=torch.float64, device=device)
-        self.identity = getattr(encode, "name", None) == "identity"
-
-    def weights(self, active: torch.Tensor) -> torch.Tensor:
-        """Weights of the active entries (0 on padding), as support_weights draws them."""
-        shape, g = active.shape, self.generator
-        if self.teacher.weights == "khot":
-            w = torch.ones(shape, dtype=torch.float64, device=self.device)
-        elif self.teacher.weights == "discrete":
-            w = self.levels[torch.randint(len(self.levels), shape, generator=g, device=self.device)]
-        else:  # continuous: the official uniform-simplex draw, shifted into [0.5, 1]
-            u = torch.rand(shape, generator=g, dtype=torch.float64, device=self.device)
-            e = -torch.log1p(-u) * active
-            w = 0.5 * e / (e.sum(dim=1, keepdim=True) + 1.0) + 0.5
-        return w * active
-
-    def __call__(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """(e (T, E), x (T, P, I), targets (T, P, O)), float32 on the device."""
-        T, P, t, g = self.T, self.P, self.teacher, self.generator
-        rows = self.supports[torch.randint(len(self.supports), (T,), generator=g, device=self.device)]
-        active = rows >= 0
-        # scatter_add: padding (−1 → column 0, weight 0) must not overwrite a real module 0.
-        z = torch.zeros(T, t.M, dtype=torch.float64, device=self.device).scatter_add_(
-            1, rows.clamp(min=0), self.weights(active))
-        x = torch.rand((T, P, t.I), generator=g, dtype=torch.float64, device=self.device) * 2 - 1
-        with torch.no_grad():
-            target = t.forward(z.repeat_interleave(P, dim=0), x.view(T * P, t.I)).view(T, P, t.O)
-            e = z if self.identity else self.encode(z.cpu()).to(self.device)
-        return e.float(), x.float(), target.float()
-
-
-def train_step(net: nn.Module, opt: torch.optim.Optimizer, e: torch.Tensor, x: torch.Tensor,
-               target: torch.Tensor) -> float:
-    """One AdamW step on the MSE of a batch; returns its loss."""
-    loss = nn.functional.mse_loss(apply_tasks(net, e, x), target)
+def train_step(net: nn.Module, opt: torch.optim.Optimizer, batch: Batch, loss_of) -> float:
+    """One AdamW step on the family's loss of a batch; returns its loss."""
+    loss = loss_of(apply_tasks(net, batch.e, batch.x), batch)
     opt.zero_grad(set_to_none=True)
     loss.backward()
     opt.step()
     return loss.item()
 
 
-def _train(teacher, encode, train_supports, net, cfg, progress, name, widths, checkpoint,
+def _train(family, train_supports, net, cfg, progress, name, widths, checkpoint,
            checkpoint_every) -> TrainResult:
     device = torch.device(cfg.device)
-    batches = BatchMaker(teacher, encode, train_supports, cfg.tasks_per_batch, cfg.samples_per_task,
-                         cfg.seed, device)
+    batches = family.batches(train_supports, cfg.tasks_per_batch, cfg.samples_per_task, cfg.seed, device)
+    encode = family.encode
     net = net.float().to(device)
     groups = (decay_parameter_groups(net, cfg.weight_decay) if cfg.decay == "matrices"
               else [{"params": list(net.parameters()), "weight_decay": cfg.weight_decay}])
     opt = torch.optim.AdamW(groups, lr=cfg.lr)
     losses, running, first, spent = [], None, 1, 0.0
     generator = getattr(encode, "state", {}).get("generator")  # a stochastic encoder's own stream
-    fingerprint = _fingerprint(cfg, net, train_supports) if checkpoint is not None else None
+    fingerprint = _fingerprint(family, cfg, net, train_supports) if checkpoint is not None else None
     if checkpoint is not None and checkpoint.exists():
         saved = torch.load(checkpoint, map_location=device, weights_only=False)
         if saved["fingerprint"] != fingerprint:
@@ -234,7 +196,7 @@ def _train(teacher, encode, train_supports, net, cfg, progress, name, widths, ch
     bar.update(first - 1)
     start = time.perf_counter() - spent
     for step in range(first, cfg.steps + 1):
-        value = train_step(net, opt, *batches())
+        value = train_step(net, opt, batches(), family.loss)
         running = value if running is None else 0.98 * running + 0.02 * value
         if step % max(1, cfg.steps // 100) == 0 or step == cfg.steps:
             losses.append((step, running))

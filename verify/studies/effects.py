@@ -19,10 +19,10 @@ import io
 import math
 from pathlib import Path
 
-import numpy as np
-
 from verify import cli
-from verify.store import RunStore
+from verify.learning.families import FAMILIES
+from verify.learning.records import mean_sd, records_of
+from verify.studies.store import RunStore
 
 # The paper's held-out R² by encoding (hyperteacher, M = 16, K = 3, MLP).
 PAPER_ENCODING_R2 = {"identity": 1.00, "orthogonal": 1.00, "tokens": 1.00, "invertible_nn": 0.95,
@@ -30,30 +30,40 @@ PAPER_ENCODING_R2 = {"identity": 1.00, "orthogonal": 1.00, "tokens": 1.00, "inve
 # The paper's task-support effects, against the random support.
 PAPER_SUPPORT_EFFECTS = {"non_compositional": "hurts", "unpopular_modules": "hurts",
                          "popular_modules": "no clear effect"}
-CONVERGED_R2 = 0.99  # training-task R² a run must reach to count as converged
-MIN_EFFECT = 0.01  # the smallest R² difference called an effect, whatever the seeds' spread
+# Per family, the paper's held-out number by encoding (none stated here for the preference grid).
+PAPER_ENCODING = {"hyperteacher": PAPER_ENCODING_R2}
+CONVERGED_R2 = FAMILIES["hyperteacher"].convergence[1]  # training R² a hyperteacher run must reach
+# The smallest difference of the headline metric (R², acc_all) called an effect, whatever the
+# seeds' spread.
+MIN_EFFECT = 0.01
+
+
+def family_of(report: dict):
+    """The task family of a stored report (reports stored before there were two families
+    are the hyperteacher's)."""
+    return FAMILIES[report.get("family", "hyperteacher")]
 
 
 def student_rows(report: dict) -> list[dict]:
-    """The numbers the table reads from one verify.sgd report, one dict per trained network."""
+    """The numbers the table reads from one verify.sgd report, one dict per trained network:
+    the family's table metrics (and, on sides with more than K active modules, its headline
+    metric), read from the report's metric records."""
+    family = family_of(report)
+    records = records_of(report)
     out = []
-    for row in report["rows"][1:]:
+    for row in report["rows"]:
+        if not row["network"].startswith("sgd "):
+            continue  # the reference construction
+        mine = {(m["side"], m["metric"]): m["value"] for m in records if m["network"] == row["network"]}
         probe = [v for name, v in (row.get("probe_r2") or []) if name != "encoding" and v is not None]
-        out.append(dict(network=row["network"].removeprefix("sgd "), train_r2=row["train_r2"],
-                        held_out_r2=row["held_out_r2"], held_out_sup=row["held_out_sup"],
-                        sup_ratio=row.get("sgd_over_construction_held_out_sup"),
+        values = {column: mine.get((side, metric)) for column, side, metric in (*family.effects_metrics,
+                                                                              *family.effects_extra)}
+        beyond = {f"{side}_{metric}": v for (side, metric), v in mine.items()
+                  if side[:1] == "k" and metric == family.headline}
+        out.append(dict(network=row["network"].removeprefix("sgd "), family=family.name, **values,
                         hidden_units=row.get("hidden_units"), parameters=row.get("parameters"),
-                        probe_r2=max(probe) if probe else None, n_train=report["split"]["n_train"],
-                        **{k: v for k, v in row.items() if k.startswith("k") and k.endswith("_r2")}))
+                        probe_r2=max(probe) if probe else None, n_train=report["split"]["n_train"], **beyond))
     return out
-
-
-def mean_sd(values: list) -> tuple[float | None, float | None]:
-    """Mean and sample sd (ddof 1; 0 for one value) of the finite values; None, None if none."""
-    v = np.array([x for x in values if x is not None and math.isfinite(x)], dtype=float)
-    if not len(v):
-        return None, None
-    return float(v.mean()), float(v.std(ddof=1)) if len(v) > 1 else 0.0
 
 
 def _hashable(v):
@@ -98,36 +108,47 @@ def effects_table(study: str, scale: str, out: Path, keys: set[str] | None = Non
     def order(group):  # numbers by value (M = 8 before 16), anything else by its text
         return tuple((0, v, "") if isinstance(v, int | float) else (1, 0, str(v)) for v in group)
 
+    metric_columns: list[str] = []  # in order of first use, over the families present
     for group, members in sorted(groups.items(), key=lambda kv: order(kv[0])):
-        row = dict(zip([*varying, "network"], group, strict=True), runs=len(members))
+        family = FAMILIES[members[0]["family"]]
+        row = dict(zip([*varying, "network"], group, strict=True), runs=len(members), family=family.name)
         row["n_train"] = members[0]["n_train"]
-        for metric in ("train_r2", "held_out_r2", "probe_r2", "sup_ratio"):
+        names = [c for c, _, _ in family.effects_metrics]
+        for metric in [*names, "probe_r2"]:
             row[f"{metric}_mean"], row[f"{metric}_sd"] = mean_sd([m[metric] for m in members])
-        row["converged"] = all(m["train_r2"] is not None and m["train_r2"] >= CONVERGED_R2 for m in members)
+        for metric, _, _ in family.effects_extra:
+            row[f"{metric}_mean"], row[f"{metric}_sd"] = mean_sd([m[metric] for m in members])
+        metric_columns += [c for m in names for c in (f"{m}_mean", f"{m}_sd")]
+        metric_columns += ["probe_r2_mean", *(f"{m}_mean" for m, _, _ in family.effects_extra)]
+        converge = "_".join(family.convergence_side_metric())
+        row["converged"] = all(family.converged(m[converge]) for m in members)
+        row["effect_metric"] = "_".join(family.effect_side_metric())
         if fingerprint is not None:
             row["code"] = _code_cell([m["code"] for m in members])
         rows.append(row)
+    families = [FAMILIES[f] for f in dict.fromkeys(r["family"] for r in rows)]
     notes = []
     other = [r for r in done if code_of(r, fingerprint) == "other"] if fingerprint else []
     unknown = [r for r in done if code_of(r, fingerprint) == "unknown"] if fingerprint else []
     if other or unknown:
-        from verify.study import stale_line
+        from verify.studies.driver import stale_line
 
         notes.append(stale_line(len(other) + len(unknown), len(done), len(unknown),
                                 sorted({r["code_fingerprint"] for r in other}), fingerprint,
                                 f"`python -m verify.study run {study} --scale {scale} --rerun-stale`")
                      + "; the `code` column says which rows")
-    if "encoding" in varying:
+    if "encoding" in varying and any(r["family"] in PAPER_ENCODING for r in rows):
         for row in rows:
-            row["paper_held_out_r2"] = PAPER_ENCODING_R2.get(row["encoding"])
-        notes.append("paper_held_out_r2: the paper's held-out R² for the encoding (M = 16, K = 3, 4×1024 "
-                     "MLP, 300k steps)")
+            row["paper_held_out_r2"] = PAPER_ENCODING.get(row["family"], {}).get(row["encoding"])
+        notes.append("paper_held_out_r2: the paper's held-out R² for the encoding (hyperteacher, M = 16, "
+                     "K = 3, 4×1024 MLP, 300k steps)")
     if "split" in varying:
         _support_effects(rows, notes)
     unconverged = sum(not r["converged"] for r in rows)
     if unconverged:
-        notes.append(f"{unconverged} of {len(rows)} rows did not converge (training R² < {CONVERGED_R2} in "
-                     "some run): their held-out R² measures an undertrained network too")
+        rule = " or ".join(f"training {f.convergence[0]} < {f.convergence[1]}" for f in families)
+        notes.append(f"{unconverged} of {len(rows)} rows did not converge ({rule} in some run): their "
+                     "held-out numbers measure an undertrained network too")
     if failed:
         notes.append(f"{len(failed)} runs failed (python -m verify.study export shows each error)")
     if old_grid:
@@ -135,8 +156,7 @@ def effects_table(study: str, scale: str, out: Path, keys: set[str] | None = Non
     if keys is not None and len(done) + len(failed) < len(keys):
         missing = len(keys) - len(done) - len(failed)
         notes.append(f"{missing} of the grid's {len(keys)} runs have no result yet")
-    columns = [*varying, "network", "runs", "n_train", "train_r2_mean", "train_r2_sd", "held_out_r2_mean",
-               "held_out_r2_sd", "probe_r2_mean", "sup_ratio_mean", "converged",
+    columns = [*varying, "network", "runs", "n_train", *dict.fromkeys(metric_columns), "converged",
                *[c for c in ("paper_held_out_r2", "paper_effect", "effect_vs_random", "agrees")
                  if any(c in r for r in rows)],
                *(["code"] if other or unknown else [])]
@@ -146,22 +166,24 @@ def effects_table(study: str, scale: str, out: Path, keys: set[str] | None = Non
 
 
 def _support_effects(rows: list[dict], notes: list[str]) -> None:
-    """Each support kind against `random`: the difference of mean held-out R², called an
-    effect when it is larger than MIN_EFFECT and than twice its standard error."""
-    base = {r["network"]: r for r in rows if r.get("split") == "random"}
+    """Each support kind against `random` (of the same family and network): the difference of
+    the mean held-out headline metric (R², acc_all), called an effect when it is larger than
+    MIN_EFFECT and than twice its standard error."""
+    base = {(r["family"], r["network"]): r for r in rows if r.get("split") == "random"}
     for r in rows:
-        ref = base.get(r["network"])
-        if ref is None or r is ref or r["held_out_r2_mean"] is None or ref["held_out_r2_mean"] is None:
+        ref, m = base.get((r["family"], r["network"])), r["effect_metric"]
+        if ref is None or r is ref or r[f"{m}_mean"] is None or ref[f"{m}_mean"] is None:
             continue
-        diff = r["held_out_r2_mean"] - ref["held_out_r2_mean"]
-        se = math.sqrt(r["held_out_r2_sd"] ** 2 / r["runs"] + ref["held_out_r2_sd"] ** 2 / ref["runs"])
+        diff = r[f"{m}_mean"] - ref[f"{m}_mean"]
+        se = math.sqrt(r[f"{m}_sd"] ** 2 / r["runs"] + ref[f"{m}_sd"] ** 2 / ref["runs"])
         threshold = max(MIN_EFFECT, 2 * se)
         seen = "hurts" if diff < -threshold else "helps" if diff > threshold else "no clear effect"
         r["effect_vs_random"] = f"{diff:+.3f} ({seen})"
         if r["split"] in PAPER_SUPPORT_EFFECTS:
             r["paper_effect"] = PAPER_SUPPORT_EFFECTS[r["split"]]
             r["agrees"] = "yes" if seen == r["paper_effect"] else "NO"
-    notes.append(f"effect_vs_random: mean held-out R² minus the random support's; an effect when beyond "
+    measured = " or ".join(f"{m}_mean" for m in dict.fromkeys(r["effect_metric"] for r in rows))
+    notes.append(f"effect_vs_random: {measured} minus the random support's; an effect when beyond "
                  f"{MIN_EFFECT} and twice its standard error over seeds")
 
 

@@ -305,12 +305,25 @@ def probe_r2(net: nn.Module, fit: TaskSamples, test: TaskSamples, encode,
     of each task's 16), by the mean per-dimension R². Returns (feature name, R²) for the
     encoding, each hidden layer before its ReLU, and the output (see probe_features)."""
     dtype = next(net.parameters()).dtype
+    fit_z, test_z = fit.z[:fit_tasks], test.z[:test_tasks]
+    fit_e = encode(fit_z).to(dtype)
+    test_e = encode(test_z).to(dtype)
+    return probe_r2_rows(net, fit_z, fit_e, fit.x[:fit_tasks], test_z, test_e, test.x[:test_tasks],
+                         fit_tasks, test_tasks, l2_reg)
 
-    def rows(samples: TaskSamples, n: int):
-        z = samples.z[:n]
-        return probe_features(net, encode(z).to(dtype), samples.x[:n].to(dtype)), z.double()
 
-    fit_feats, fit_z = rows(fit, fit_tasks)
-    test_feats, test_z = rows(test, test_tasks)
+def probe_r2_rows(net: nn.Module, fit_z: torch.Tensor, fit_e: torch.Tensor, fit_x: torch.Tensor,
+                  test_z: torch.Tensor, test_e: torch.Tensor, test_x: torch.Tensor,
+                  fit_tasks: int = PAPER_PROBE_FIT_TASKS, test_tasks: int = PAPER_HELD_OUT_TASKS,
+                  l2_reg: float = PAPER_PROBE_L2) -> list[tuple[str, float]]:
+    """probe_r2 on tasks given as (z, e(z), rows x (T, P, I)): any family's, the preference
+    grid's episodes included (the probe reads each task's last row, its last observation)."""
+    dtype = next(net.parameters()).dtype
+
+    def rows(z, e, x, n):
+        return probe_features(net, e[:n].to(dtype), x[:n].to(dtype)), z[:n].double()
+
+    fit_feats, fit_z = rows(fit_z, fit_e, fit_x, fit_tasks)
+    test_feats, test_z = rows(test_z, test_e, test_x, test_tasks)
     return [(name, mean_dimension_r2(ridge_fit_predict_paper(a.double(), fit_z, b.double(), l2_reg), test_z))
             for (name, a), (_, b) in zip(fit_feats, test_feats, strict=True)]

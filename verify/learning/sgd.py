@@ -1,0 +1,603 @@
+"""python -m verify.sgd: SGD-trained students on held-out tasks, beside the explicit construction.
+
+The theorem exhibits a network of size O(1/√ε + M) that is right on every task; it does
+not say that training finds it. This trains students (MLPs of several shapes, or the
+paper's transformer or hypernetwork) on a split's training supports, as the paper's
+official code does, and scores each, on fresh in-distribution tasks, on held-out tasks,
+and on tasks with K+1, K+2, … active modules, with the paper's ridge probe for z on each
+layer. Two task families (--family):
+  hyperteacher  regression; sup error, RMSE and the paper's R² (16 samples per task), and
+                the theorem's construction at --eps beside the students
+  preference    the compositional preference grid: imitation of a planner's actions;
+                per-step accuracy acc and whole-episode accuracy acc_all
+Scored on 1,024 tasks a side (the paper's).
+Exit codes: 0 done (and the construction, if any, met its certificate), 1 the construction
+violated it, 2 usage error, 3 internal error, 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import sys
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+from constructions.names import ENCODING_NAMES, SPLITS
+from verify import cli
+from verify.cli import (
+    UsageError,
+    non_negative_float,
+    non_negative_int,
+    open_fraction,
+    positive_float,
+    positive_int,
+)
+from verify.names import DECAYS, FAMILY_NAMES, INITS, SHAPES, STUDENTS
+
+# The official sweeps' run (configs/teacher.py, sweeps/*_hyperteacher.yaml): 300k steps of
+# 128 tasks × 16 samples, seeds 1–3, scored on 1,024 tasks a side with 16 samples each.
+PAPER = dict(I=16, H=16, O=16, M=16, K=3, steps=300_000, tasks_per_batch=128,
+             samples_per_task=16, seed=[1, 2, 3], eval_tasks=1024, eval_samples=16)
+# The preference grid's run (configs/preference.py; the sweeps' seeds 1–3 rather than its
+# default 42): M = 16, K = 3, F = 32, 3M steps of 128 episodes, AdamW lr 1e-4, wd 1e-3, 2×1024.
+PAPER_PREFERENCE = dict(M=16, K=3, F=32, steps=3_000_000, tasks_per_batch=128, seed=[1, 2, 3],
+                        eval_tasks=1024, lr=1e-4, weight_decay=1e-3)
+PAPER_PREFERENCE_WIDTHS = [1024] * 2
+DEFAULT_SHAPES = ["matched", "balanced"]
+# Each family's own flags and their defaults, and its optimiser defaults (the paper's).
+FAMILY_FLAGS = {
+    "hyperteacher": dict(I=None, H=None, O=None, eps=1e-2, samples_per_task=16, eval_samples=16),
+    "preference": dict(F=16, objects=4, timelimit=8, discount=0.9),
+}
+FAMILY_OPTIMISER = {"hyperteacher": dict(lr=3e-4, weight_decay=3e-3),
+                    "preference": dict(lr=1e-4, weight_decay=1e-3)}
+# The preference grid has no construction to match: its MLP is `custom`, 2×256 by default.
+PREFERENCE_WIDTHS = [256, 256]
+# The official transformer (configs/teacher.py ModelConfig) and hypernetwork (d_ffw hidden units).
+TRANSFORMER_DEFAULTS = dict(d_model=256, n_heads=4, n_layers=4, d_ffw=1024)
+# Filled in after parsing, when --widths was not given: kept out of the parser's defaults
+# so that a --widths the user typed can be told from the preset's.
+PAPER_WIDTHS = [1024] * 4
+# What make_split's messages call its arguments, and the flags that set them here.
+SPLIT_WORDS = (("lower the held-out fraction or raise max_tries", "lower --held-out"),
+               ("held_out_fraction", "--held-out"), ("(use missing-module)", "(use --split missing-module)"))
+
+
+def build_parser() -> cli.Parser:
+    p = cli.Parser("python -m verify.sgd", __doc__)
+    # --seed takes several seeds here: it is this CLI's own flag, below.
+    cli.add_teacher_flags(p, dict(M=8, K=2, I=4, H=4, O=4), encodings=ENCODING_NAMES,
+                          encoding_help="task encoding the students read", strict_names=True, with_seed=False)
+    p.add_argument("--family", default="hyperteacher", choices=FAMILY_NAMES,
+                   help="the task family: hyperteacher (regression of the paper's teacher) or preference "
+                        "(the compositional preference grid) (default hyperteacher)")
+    p.add_argument("--eps", type=positive_float, default=1e-2,
+                   help="hyperteacher: ε of the construction, which also sets the matched size "
+                        "(default 1e-2)")
+    p.add_argument("--F", type=positive_int, default=16,
+                   help="preference: feature types of the objects (num_features; default 16, the paper's "
+                        "sweeps use 16 and 32)")
+    p.add_argument("--objects", type=positive_int, default=4,
+                   help="preference: objects in the grid, at most 18 (default 4, the paper's)")
+    p.add_argument("--timelimit", type=positive_int, default=8,
+                   help="preference: value-iteration backups and steps per episode (default 8, the paper's)")
+    p.add_argument("--discount", type=open_fraction, default=0.9,
+                   help="preference: the demonstrator's discount, in (0, 1) (default 0.9, the paper's)")
+    p.add_argument("--split", default="random", choices=SPLITS,
+                   help="which supports are held out (default random)")
+    p.add_argument("--held-out", type=open_fraction, default=0.25,
+                   help="held-out fraction of supports, in (0, 1), for every split except non_compositional "
+                        "(missing-module) and popular-modules-half "
+                        "(default 0.25)")
+    p.add_argument("--student", default="mlp", choices=STUDENTS,
+                   help="what is trained: MLPs (one per --shapes), or the paper's transformer or "
+                        "hypernetwork (default mlp)")
+    p.add_argument("--shapes", nargs="+", choices=SHAPES,
+                   help="MLP shapes to train: matched (the construction's widths), balanced (two equal "
+                        "layers, as many units), balanced4 (four), custom (--widths) "
+                        "(default matched balanced)")
+    p.add_argument("--widths", type=positive_int, nargs="+",
+                   help="hidden widths for --shapes custom, e.g. 1024 1024 1024 1024")
+    p.add_argument("--init", choices=INITS,
+                   help="MLP initialisation: lecun_normal (the paper's, Flax's default: truncated "
+                        "LeCun-normal kernels, zero biases) or torch_default (default lecun_normal)")
+    p.add_argument("--d-model", type=positive_int, help="transformer width (default 256, the paper's)")
+    p.add_argument("--n-heads", type=positive_int, help="transformer attention heads (default 4)")
+    p.add_argument("--n-layers", type=positive_int, help="transformer blocks (default 4)")
+    p.add_argument("--d-ffw", type=positive_int,
+                   help="hidden units of the transformer's MLPs and of the hypernetwork's generated "
+                        "network (default 1024)")
+    p.add_argument("--steps", type=positive_int, default=1500, help="training steps (default 1500)")
+    p.add_argument("--tasks-per-batch", type=positive_int, default=32, help="tasks per step (default 32)")
+    p.add_argument("--samples-per-task", type=positive_int, default=16,
+                   help="hyperteacher: x per task per step (default 16); a preference task is one episode")
+    p.add_argument("--lr", type=positive_float,
+                   help="AdamW learning rate (default 3e-4; preference 1e-4, the paper's)")
+    p.add_argument("--weight-decay", type=non_negative_float,
+                   help="AdamW weight decay, ≥ 0 (default 3e-3; preference 1e-3, the paper's)")
+    p.add_argument("--decay", choices=DECAYS, default="matrices",
+                   help="which parameters are decayed: matrices (the paper's mask: no biases, no norms) "
+                        "or all (default matrices)")
+    p.add_argument("--eval-tasks", type=positive_int, default=1024,
+                   help="tasks on each side (in-distribution, held out, each K+j) for RMSE, R² and the "
+                        "probe, drawn uniformly from that side's supports (default 1024, the paper's)")
+    p.add_argument("--eval-samples", type=positive_int, default=16,
+                   help="hyperteacher: x per task for RMSE and R² (default 16, the paper's)")
+    p.add_argument("--extra-modules", type=non_negative_int, default=2,
+                   help="also score tasks with K+1 … K+this many active modules (at most M), which "
+                        "no training task has; 0 to skip (default 2)")
+    p.add_argument("--seed", type=cli.seed, nargs="+", default=[0],
+                   help="seed of the teacher, split, encoding and training, in [0, 2^32); several "
+                        "seeds run one after another and add a mean ± sd summary (default 0)")
+    p.add_argument("--device", default="cpu",
+                   help="where training runs: cpu, or cuda / cuda:N where a GPU is present; metrics are "
+                        "taken on the CPU in float64 (default cpu)")
+    p.add_argument("--paper", action="store_true",
+                   help="the paper's run, for a GPU: I=H=O=16, M=16, K=3, a 4×1024 MLP, 300k steps of "
+                        "128 tasks × 16 samples, seeds 1 2 3, 1,024 tasks a side; other flags given "
+                        "with it override the preset")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.add_argument("--save", metavar="DIR",
+                   help="write each trained network's state_dict (sgd_<shape>.pt, or sgd_<student>.pt; "
+                        "seed<N>/ per seed when there are several) and report.json into DIR "
+                        "(a new or empty folder)")
+    p.add_argument("--force", action="store_true", help="let --save replace the files of a non-empty DIR")
+    p.add_argument("--checkpoint", metavar="DIR",
+                   help="save each student's model, optimizer and random streams into DIR every "
+                        "--checkpoint-every steps, and resume from what DIR holds (a run killed and "
+                        "started again ends as an uninterrupted one would)")
+    p.add_argument("--checkpoint-every", type=positive_int, default=1000,
+                   help="steps between checkpoints (default 1000)")
+    cli.add_common(p, threads_default="1, or the cores left free when a training step is large "
+                                      "(≥ 5e7 multiply-adds, verify.train); without --threads, smaller "
+                                      "steps train on 1")
+    return p
+
+
+@functools.cache
+def _parser() -> cli.Parser:
+    """One parser for every parse without --paper (a study resolves thousands of runs)."""
+    return build_parser()
+
+
+def parse_args(argv=None):
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = _parser()
+    preference = _family_in(argv) == "preference"
+    if "--paper" in argv:  # the preset sets defaults; flags given explicitly still win
+        parser = build_parser()  # a fresh one: set_defaults would change the shared parser
+        parser.set_defaults(**(PAPER_PREFERENCE if preference else PAPER))
+    args = parser.parse_args(argv)
+    resolve_family(args, argv)
+    if args.K > args.M:
+        raise UsageError(f"--K must be at most --M (got K={args.K}, M={args.M})")
+    mlp_flags = {"--shapes": args.shapes is not None, "--widths": args.widths is not None,
+                 "--init": args.init is not None}
+    for flag, students in (("--d-model", ("transformer",)), ("--n-heads", ("transformer",)),
+                           ("--n-layers", ("transformer",)), ("--d-ffw", ("transformer", "hypernetwork"))):
+        if getattr(args, flag[2:].replace("-", "_")) is not None and args.student not in students:
+            raise UsageError(f"{flag} applies to --student {' or '.join(students)}, not {args.student}")
+    if args.student != "mlp":
+        given = [flag for flag, on in mlp_flags.items() if on]
+        if given:
+            raise UsageError(f"{given[0]} applies to --student mlp, not {args.student}")
+        args.shapes, args.widths = [args.student], None
+        for name, value in TRANSFORMER_DEFAULTS.items():
+            if getattr(args, name) is None:
+                setattr(args, name, value)
+        if args.student == "transformer" and args.d_model % args.n_heads:
+            raise UsageError(f"--d-model {args.d_model} must be a multiple of --n-heads {args.n_heads}")
+    else:
+        if args.shapes is None:
+            args.shapes = ["custom"] if args.paper or args.family == "preference" else list(DEFAULT_SHAPES)
+        if args.family == "preference" and set(args.shapes) - {"custom"}:
+            raise UsageError(f"--shapes {' '.join(args.shapes)}: the preference grid has no construction to "
+                             "match; use --shapes custom --widths …")
+        if args.family == "preference" and args.widths is None:
+            args.widths = list(PAPER_PREFERENCE_WIDTHS if args.paper else PREFERENCE_WIDTHS)
+        if args.widths is not None and "custom" not in args.shapes:
+            raise UsageError("--widths applies only to --shapes custom "
+                             f"(got --shapes {' '.join(args.shapes)}); "
+                             "add custom to --shapes or drop --widths")
+        if args.paper and args.widths is None:
+            args.widths = list(PAPER_WIDTHS)
+        if "custom" in args.shapes and not args.widths:
+            raise UsageError("--shapes custom needs --widths, e.g. --widths 1024 1024 1024 1024")
+    args.init = args.init or "lecun_normal"
+    args.seeds = list(dict.fromkeys(args.seed))  # a seed given twice runs once
+    args.seed = args.seeds[0]
+    check_device(args.device)
+    if args.force and not args.save:
+        raise UsageError("--force only applies to --save DIR")
+    if args.save:
+        args.save = cli.prepare_out_dir(args.save, "--save", force=args.force)
+    if args.checkpoint:
+        args.checkpoint = cli.prepare_out_dir(args.checkpoint, "--checkpoint", force=True)
+    return args
+
+
+def _family_in(argv: list[str]) -> str:
+    """The --family named in argv (before parsing: the --paper preset depends on it)."""
+    for i, token in enumerate(argv):
+        if token == "--family" and i + 1 < len(argv):
+            return argv[i + 1]
+        if token.startswith("--family="):
+            return token.split("=", 1)[1]
+    return DEFAULT_FAMILY
+
+
+def _given(argv: list[str], flag: str) -> bool:
+    return any(token == flag or token.startswith(flag + "=") for token in argv)
+
+
+def resolve_family(args, argv: list[str]) -> None:
+    """Refuse the other family's flags; fill this family's optimiser defaults; drop the other
+    family's settings from args, so that a run's configuration (and a study's key of it)
+    holds only what applies to it."""
+    for family, flags in FAMILY_FLAGS.items():
+        for dest in flags:
+            flag = "--" + dest.replace("_", "-")
+            if family != args.family:
+                if _given(argv, flag):
+                    raise UsageError(f"{flag} applies to --family {family}, not {args.family}")
+                delattr(args, dest)
+    for dest, value in FAMILY_OPTIMISER[args.family].items():
+        if getattr(args, dest) is None:
+            setattr(args, dest, value)
+    if args.family == "preference":
+        if args.encoding in FAMILY_ONLY_ENCODINGS:
+            raise UsageError(f"--encoding {args.encoding} is defined for the hyperteacher only: "
+                             f"{FAMILY_ONLY_ENCODINGS[args.encoding]}")
+        if args.objects > 18:
+            raise UsageError(f"--objects {args.objects}: at most 18 objects fit the grid's 19 free cells "
+                             "beside the agent")
+
+
+# Encodings that need the hyperteacher's examples, refused for the preference grid: the
+# official code has no generator of examples there either (its fewshot raises).
+FAMILY_ONLY_ENCODINGS = {name: "it shows a task by examples of the teacher's outputs, and the preference "
+                               "grid has none (the official code raises there too)"
+                         for name in ("fewshot", "fewshot_fixed_x")}
+
+
+# Settings that do not change a run's result, left out of its configuration's key.
+RUNTIME = ("threads", "no_progress", "json", "save", "force", "checkpoint", "checkpoint_every", "device",
+           "paper", "seeds")
+DEFAULT_FAMILY = "hyperteacher"
+
+
+def run_config(args) -> dict:
+    """A run's resolved configuration, as a study keys it: every setting but the runtime
+    ones. A run of the default family leaves `family` out, so the keys of runs stored
+    before there were two families stay valid."""
+    return {k: v for k, v in sorted(vars(args).items())
+            if k not in RUNTIME and not (k == "family" and v == DEFAULT_FAMILY)}
+
+
+def check_device(text: str) -> None:
+    """UsageError unless training can run on `text` here (torch is imported only for a
+    device other than the default cpu)."""
+    if text == "cpu":
+        return
+    import torch
+
+    try:
+        device = torch.device(text)
+    except RuntimeError:
+        raise UsageError(f"--device {text!r} is not a device name; use cpu, cuda or cuda:N") from None
+    if device.type not in ("cpu", "cuda"):
+        raise UsageError(f"--device {text!r}: only cpu and cuda are supported")
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise UsageError(f"--device {text}: no CUDA device is available here; use --device cpu")
+    if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
+        raise UsageError(f"--device {text}: there are only {torch.cuda.device_count()} CUDA devices here")
+
+
+def extra_sides(args) -> list[int]:
+    """The numbers of active modules beyond K that are scored: K+1 … K+extra, at most M."""
+    return list(range(args.K + 1, min(args.K + args.extra_modules, args.M) + 1))
+
+
+def split_of(args):
+    """The split, with any refusal of make_split worded in this CLI's flags."""
+    from constructions.tasks.splits import make_split
+
+    try:
+        return make_split(args.split, args.M, args.K, seed=args.seed, held_out_fraction=args.held_out)
+    except ValueError as e:
+        message = str(e)
+        for word, flag in SPLIT_WORDS:
+            message = message.replace(word, flag)
+        held_out = f" with --held-out {args.held_out:g}" if "--held-out" in message else ""
+        raise UsageError(f"--split {args.split}{held_out}: {message}") from None
+
+
+@contextlib.contextmanager
+def threads_of_run(n: int | None, largest_step_macs: int):
+    """--threads, else 1 unless a training step is large enough for threads to pay off
+    (verify.train.SINGLE_THREAD_MACS); torch's setting is restored afterwards, for callers
+    that run several reports in one process."""
+    import torch
+
+    from verify.learning.train import SINGLE_THREAD_MACS
+
+    previous = torch.get_num_threads()
+    cli.set_threads(n, cli.default_threads(threads_pay=largest_step_macs >= SINGLE_THREAD_MACS))
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)
+
+
+def make_family(args):
+    """The task family of a run, with its encoder, from the run's flags."""
+    return FAMILY_BUILDERS[args.family](args)
+
+
+def _hyperteacher(args):
+    from constructions.tasks.encodings import make_encoder
+    from constructions.tasks.hyperteacher import HyperteacherConfig, sample_hyperteacher
+    from verify.learning.families import HyperteacherFamily
+
+    cfg = HyperteacherConfig(I=args.I, H=args.H, O=args.O, M=args.M, K=args.K, weights=args.weights,
+                             encoding="orthogonal" if args.encoding == "orthogonal" else "identity",
+                             seed=args.seed)
+    teacher = sample_hyperteacher(cfg)
+    return HyperteacherFamily(teacher, make_encoder(args.encoding, teacher, seed=args.seed), args.encoding,
+                              asdict(cfg))
+
+
+def _preference(args):
+    from types import SimpleNamespace
+
+    from constructions.tasks.encodings import make_encoder
+    from constructions.tasks.preference import PreferenceConfig, PreferenceGrid
+    from verify.learning.families import PreferenceFamily
+
+    world = PreferenceGrid(PreferenceConfig(M=args.M, F=args.F, n_objects=args.objects, K=args.K,
+                                            weights=args.weights, timelimit=args.timelimit,
+                                            discount=args.discount, seed=args.seed))
+    # The encoders read only M and K of a family (and a Q the grid does not have).
+    encode = make_encoder(args.encoding, SimpleNamespace(M=args.M, K=args.K, Q=None), seed=args.seed)
+    return PreferenceFamily(world, encode, args.encoding)
+
+
+FAMILY_BUILDERS = {"hyperteacher": _hyperteacher, "preference": _preference}
+
+
+def build_students(args, family, widths_c) -> dict:
+    """{name: (untrained student, hidden widths or None)}, each initialised from the seed."""
+    import torch
+
+    from verify.learning.students import HypernetworkStudent, TransformerStudent
+    from verify.learning.train import mlp, shape_widths
+
+    torch.manual_seed(args.seed)
+    E, I, O = family.E, family.I, family.O
+    if args.student == "transformer":
+        return {"transformer": (TransformerStudent(E, I, O, d_model=args.d_model, n_heads=args.n_heads,
+                                                   n_layers=args.n_layers, d_ffw=args.d_ffw), None)}
+    if args.student == "hypernetwork":
+        return {"hypernetwork": (HypernetworkStudent(E, I, O, d_ffw=args.d_ffw), None)}
+    out = {}
+    for shape in args.shapes:
+        torch.manual_seed(args.seed)  # each shape starts from the same seed, whatever came before
+        w = shape_widths(shape, widths_c, args.widths)
+        out[shape] = (mlp(E + I, w, O, args.init), w)
+    return out
+
+
+def ratio_records(network: str, metrics: list, reference: list | None, names) -> list:
+    """Held-out over training, and over the reference network's held-out, for each metric
+    in `names` (the hyperteacher's sup error and RMSE): how much composing costs."""
+    from verify.learning.records import Metric
+
+    def value(records, net, side, name):
+        return next((m.value for m in records if (m.network, m.side, m.metric) == (net, side, name)), None)
+
+    out = []
+    for name in names:
+        held, train = value(metrics, network, "held_out", name), value(metrics, network, "train", name)
+        out.append(Metric(network, "held_out", f"{name}_over_train",
+                          held / train if held and train else None))
+        if reference is not None:
+            ref = value(reference, reference[0].network, "held_out", name)
+            out.append(Metric(network, "held_out", f"{name}_over_reference",
+                              held / ref if held and ref else None))
+    return out
+
+
+def run(args) -> dict:
+    from verify.learning.records import as_dicts
+    from verify.learning.students import parameter_count
+    from verify.learning.train import CheckpointMismatch, TrainConfig, step_macs, train_student
+
+    start = time.perf_counter()
+    progress = False if args.no_progress else None
+    with cli.phase("task family, split and reference", progress):
+        split = split_of(args)
+        family = make_family(args)
+        try:
+            reference = family.reference(args.eps) if hasattr(args, "eps") else None
+        except ValueError as e:  # an ε no network can reach (more than 2^40 knots)
+            raise UsageError(str(e)) from None
+    # Every network is scored on the same tasks: the paper's 'test' (fresh tasks on the
+    # training supports), 'ood' (held-out supports) and 'ood_k' (k active modules, k > K).
+    sides = family.eval_sides(split, extra_sides(args), args.eval_tasks, getattr(args, "eval_samples", 0),
+                              args.seed)
+    students = build_students(args, family, reference.widths if reference else [])
+    P = family.rows_per_task(getattr(args, "samples_per_task", 0))
+    largest = max(step_macs(net, args.tasks_per_batch, P) for net, _ in students.values())
+
+    rows, metrics, ref_metrics = [], [], None
+    with threads_of_run(args.threads, largest):
+        if reference is not None:
+            with cli.phase(f"evaluate {reference.name}", progress):
+                ref_metrics, probe = family.score(reference.name, reference.net, sides, args.seed,
+                                                  reference.probe_net, encode=reference.encode)
+            sup = {m.side: m.value for m in ref_metrics if m.metric == "sup"}
+            rows.append(dict(network=reference.name, widths=reference.widths,
+                             hidden_units=int(sum(reference.widths)), parameters=None,
+                             certificate=reference.certificate, probe_r2=probe,
+                             within_certificate={side: bool(v <= reference.certificate)
+                                                 for side, v in sup.items()}))
+            metrics += ref_metrics + ratio_records(reference.name, ref_metrics, None, family.ratio_metrics)
+
+        tc = TrainConfig(steps=args.steps, tasks_per_batch=args.tasks_per_batch,
+                         samples_per_task=getattr(args, "samples_per_task", P), lr=args.lr,
+                         weight_decay=args.weight_decay, seed=args.seed, device=args.device, init=args.init,
+                         decay=args.decay)
+        trained = {}
+        for shape, (net, widths) in students.items():
+            label = "×".join(map(str, widths)) if widths else shape
+            ckpt = Path(args.checkpoint) / f"seed{args.seed}_{shape}.ckpt" if args.checkpoint else None
+            try:
+                result = train_student(family, split.train, net, tc, progress=progress, threads=args.threads,
+                                       name=label, widths=widths, checkpoint=ckpt,
+                                       checkpoint_every=args.checkpoint_every)
+            except CheckpointMismatch as e:
+                raise UsageError(f"--checkpoint: {e}") from None
+            # The paper probes MLPs and transformers, not hypernetworks (run.py).
+            probe_net = None if args.student == "hypernetwork" else result.net
+            name = f"sgd {shape}"
+            with cli.phase(f"evaluate {name}", progress):
+                scored, probe = family.score(name, result.net, sides, args.seed, probe_net)
+            metrics += scored + ratio_records(name, scored, ref_metrics, family.ratio_metrics)
+            rows.append(dict(network=name, widths=list(widths) if widths else None,
+                             hidden_units=int(sum(widths)) if widths else None,
+                             parameters=parameter_count(result.net), probe_r2=probe,
+                             train_seconds=result.seconds, final_loss=result.losses[-1][1]))
+            trained[shape] = result
+
+    within = (None if reference is None else
+              bool(rows[0]["within_certificate"]["train"] and rows[0]["within_certificate"]["held_out"]))
+    report = dict(family=family.name, task=family.config(), encoding=args.encoding, student=args.student,
+                  split=split.summary(), train=asdict(tc),
+                  evaluation=dict(tasks_per_side=args.eval_tasks, rows_per_task=family.rows_per_task(
+                      getattr(args, "eval_samples", 0)), extra_active_modules=extra_sides(args)),
+                  rows=rows, metrics=as_dicts(metrics), construction_within_certificate=within,
+                  seconds=time.perf_counter() - start)
+    if args.save:
+        save(Path(args.save), report, trained)
+    return report
+
+
+def save(out: Path, report: dict, trained: dict) -> None:
+    """Each file is written under a temporary name and renamed when complete; report.json
+    comes last, so a folder that holds it holds every network."""
+    import torch
+
+    out.mkdir(parents=True, exist_ok=True)
+    for shape, result in trained.items():
+        with cli.atomic_path(out / f"sgd_{shape}.pt") as tmp:
+            torch.save(result.net.state_dict(), tmp)
+    cli.write_text_atomic(out / "report.json", cli.to_json(report))
+
+
+def _fmt(v, spec=".2e"):
+    return "—" if v is None else format(v, spec)
+
+
+def format_report(r: dict) -> str:
+    from verify.learning.families import FAMILIES
+    from verify.learning.records import lookup
+
+    family = FAMILIES[r.get("family", "hyperteacher")]
+    task, s, tr, ev = r["task"], r["split"], r["train"], r["evaluation"]
+    extra = [f"k{k}" for k in ev["extra_active_modules"]]
+    beyond = [(k, family.headline, f"{family.headline_label} k={k[1:]}", ".4f") for k in extra]
+    columns = [*family.columns, *beyond, *family.ratio_columns]
+    settings = " ".join(f"{k}={v}" for k, v in task.items() if k not in ("seed", "encoding"))
+    lines = [f"{family.name} {settings} encoding={r['encoding']} seed={task['seed']}",
+             f"split    {s['name']}: {s['n_train']} training supports, {s['n_test']} held out",
+             f"training {r['student']}, AdamW lr={tr['lr']:g} wd={tr['weight_decay']:g} "
+             f"({tr['decay']}), init {tr['init']}, {tr['steps']} steps "
+             f"of {tr['tasks_per_batch']} tasks × {family.rows_of(tr['samples_per_task'], task)} rows",
+             f"scored   {ev['tasks_per_side']} tasks a side; {family.scored_note}"
+             + ("; k=j: tasks with j active modules, more than any training task has" if extra else ""),
+             "",
+             f"{'network':<30} {'hidden':>8}" + "".join(f" {head:>10}" for _, _, head, _ in columns)
+             + "  probe R² (encoding, each layer, output)"]
+    for row in r["rows"]:
+        probe = "—" if row["probe_r2"] is None else " ".join(f"{v:.3f}" for _, v in row["probe_r2"])
+        size = f"{row['hidden_units']:,}" if row["hidden_units"] is not None else f"{row['parameters']:,}p"
+        cells = [_fmt(lookup(r["metrics"], row["network"], side, metric, None), spec)
+                 for side, metric, _, spec in columns]
+        lines.append(f"{row['network']:<30} {size:>8}" + "".join(f" {c:>10}" for c in cells) + f"  {probe}")
+    if r["construction_within_certificate"] is not None:
+        c = r["rows"][0]
+        lines += ["", f"construction certificate {c['certificate']:.3e}: "
+                  f"{'met' if r['construction_within_certificate'] else 'VIOLATED'} on training and held-out "
+                  f"supports; 'vs constr' = SGD held-out sup error / construction's ({r['seconds']:.0f} s)"]
+        for k in extra:
+            lines.append(f"k={k[1:]} active modules (beyond the theorem's Z_K, K={task['K']}): "
+                         "the construction's sup error "
+                         f"{lookup(r['metrics'], c['network'], k, 'sup'):.3e} is "
+                         f"{'within' if c['within_certificate'][k] else 'ABOVE'} "
+                         "its certificate (not a claim of the theorem)")
+    else:
+        lines += ["", f"no reference construction for the {family.name} family ({r['seconds']:.0f} s)"]
+    return "\n".join(lines)
+
+
+def summary(reports: list[dict]) -> list[dict]:
+    """Mean ± sd over seeds of each network's headline metric on every side."""
+    from verify.learning.families import FAMILIES
+    from verify.learning.records import lookup, mean_sd, sides_of
+
+    family = FAMILIES[reports[0].get("family", "hyperteacher")]
+    out = []
+    for row in reports[0]["rows"]:
+        entry = dict(network=row["network"], metric=family.headline,
+                     seeds=[r["task"]["seed"] for r in reports], sides={})
+        for side in sides_of(reports[0]["metrics"], row["network"]):
+            values = [lookup(r["metrics"], row["network"], side, family.headline, None) for r in reports]
+            if any(v is not None for v in values):
+                mean, sd = mean_sd(values)
+                entry["sides"][side] = dict(mean=mean, sd=sd)
+        out.append(entry)
+    return out
+
+
+def format_summary(rows: list[dict]) -> str:
+    lines = [f"over seeds {' '.join(map(str, rows[0]['seeds']))} (mean ± sd of {rows[0]['metric']})"]
+    for row in rows:
+        parts = [f"{side} {v['mean']:.4f} ± {v['sd']:.4f}" for side, v in row["sides"].items()]
+        lines.append(f"  {row['network']:<30} " + ", ".join(parts))
+    return "\n".join(lines)
+
+
+def work(args) -> int:
+    import copy
+
+    reports = []
+    for seed in args.seeds:
+        one = copy.copy(args)
+        one.seed = seed
+        if args.save and len(args.seeds) > 1:
+            one.save = str(Path(args.save) / f"seed{seed}")
+        reports.append(run(one))
+        if not args.json:
+            cli.emit(format_report(reports[-1]) + ("\n" if len(args.seeds) > 1 else ""))
+    if len(reports) > 1:
+        rows = summary(reports)
+        if args.json:
+            cli.emit(cli.to_json(dict(runs=reports, summary=rows)))
+        else:
+            cli.emit(format_summary(rows))
+        if args.save:
+            cli.write_text_atomic(Path(args.save) / "summary.json", cli.to_json(rows))
+    elif args.json:
+        cli.emit(cli.to_json(reports[0]))
+    ok = all(r["construction_within_certificate"] is not False for r in reports)
+    return cli.EXIT_OK if ok else cli.EXIT_VIOLATED
+
+
+def main(argv=None) -> int:
+    return cli.main_of("verify.sgd", parse_args, work, argv)
+
+
+if __name__ == "__main__":
+    cli.exit(main())
