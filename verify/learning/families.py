@@ -32,6 +32,7 @@ import torch
 from torch import nn
 
 from constructions.tasks.hyperteacher import DISCRETE_LEVELS, dense_latents, support_weights
+from verify.learning.metrics import random_supports
 from verify.learning.records import Metric
 from verify.names import FAMILY_NAMES
 
@@ -105,12 +106,6 @@ def eval_latents(supports: np.ndarray, n_tasks: int, weights: str, M: int,
     its own weights."""
     drawn = supports[rng.integers(0, len(supports), n_tasks)]
     return drawn, dense_latents(drawn, support_weights(drawn, weights, rng), M)
-
-
-def random_supports(M: int, k: int, n: int, rng: np.random.Generator) -> np.ndarray:
-    """n supports of exactly k distinct modules, uniform (the official 'ood_k' tasks for
-    k above K), as rows of module indices: (n, k)."""
-    return np.sort(np.argsort(rng.random((n, M)), axis=1)[:, :k], axis=1)
 
 
 def batched_predict(f, e: torch.Tensor, x: torch.Tensor, batch_rows: int = 8192) -> torch.Tensor:

@@ -46,11 +46,10 @@ PAPER_PREFERENCE = dict(M=16, K=3, F=32, steps=3_000_000, tasks_per_batch=128, s
                         eval_tasks=1024, lr=1e-4, weight_decay=1e-3)
 PAPER_PREFERENCE_WIDTHS = [1024] * 2
 DEFAULT_SHAPES = ["matched", "balanced"]
-# Each family's own flags and their defaults, and its optimiser defaults (the paper's).
-FAMILY_FLAGS = {
-    "hyperteacher": dict(I=None, H=None, O=None, eps=1e-2, samples_per_task=16, eval_samples=16),
-    "preference": dict(F=16, objects=4, timelimit=8, discount=0.9),
-}
+# Each family's own settings (verify.sgd's destinations), refused for the other family, and
+# its optimiser defaults (the paper's).
+FAMILY_FLAGS = {"hyperteacher": ("I", "H", "O", "eps", "samples_per_task", "eval_samples"),
+                "preference": ("F", "objects", "timelimit", "discount")}
 FAMILY_OPTIMISER = {"hyperteacher": dict(lr=3e-4, weight_decay=3e-3),
                     "preference": dict(lr=1e-4, weight_decay=1e-3)}
 # The preference grid has no construction to match: its MLP is `custom`, 2×256 by default.
