@@ -617,7 +617,7 @@ def stale_line(n_stale: int, n_all: int, n_unknown: int, others: list[str], curr
 def format_list() -> str:
     from verify.studies.store import RunStore
 
-    lines = []
+    lines, width = [], max(map(len, study_names()))
     for name in study_names():
         parts = []
         for scale in SCALES:
@@ -633,7 +633,7 @@ def format_list() -> str:
                 held = (f" ({st.count('done')} done, {st.count('failed')} failed"
                         + (f"; {stale} made by other or unknown code" if stale else "") + ")")
             parts.append(f"{scale} {len(runs)}{held}")
-        lines.append(f"{name:<15} " + ", ".join(parts))
+        lines.append(f"{name:<{width}} " + ", ".join(parts))
     return "\n".join(lines)
 
 
