@@ -14,6 +14,9 @@ fig8_constructions_vs_eps   hidden units and depth vs ε for every construction 
 fig9_studies                the paper's sweeps from the study stores (verify.study): held-out R²
                             vs training tasks, vs width per encoding, per support kind, MLP vs
                             transformer; SGD ÷ construction sup error at equal units; convergence
+fig10_preference            the preference grid's sweeps from its study stores: held-out acc_all vs
+                            training tasks, vs width per encoding, per support kind, MLP vs
+                            transformer; convergence; held-out per-step acc against acc_all
 
 This package imports nothing heavy: `python -m paper_figures --help` answers before torch
 or matplotlib is loaded.

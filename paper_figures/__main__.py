@@ -46,6 +46,8 @@ FIGURES: tuple[Entry, ...] = (
     Entry("fig7_probe_vs_r2", "paper_figures.fig7_probe_vs_r2", slow=True),
     # Reads the study stores (verify.study); runs the seconds-long smoke studies if empty.
     Entry("fig9_studies", "paper_figures.fig9_studies", slow=False),
+    # The same for the preference grid's four studies.
+    Entry("fig10_preference", "paper_figures.fig10_preference", slow=False),
 )
 
 

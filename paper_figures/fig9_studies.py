@@ -1,8 +1,9 @@
 """Figure 9: the paper's sweeps, read from the study stores (python -m verify.study).
 
 (a) scaling-data: held-out R² against the number of training tasks, one line per (M, K);
-(b) scaling-model: held-out R² against MLP width, one line per task encoding, with the
-paper's number for each encoding as a dashed mark at the right;
+(b) scaling-model: held-out R² against MLP width, one line per task encoding (and per
+depth where the grid varies it), with the paper's number for each encoding as a dashed
+mark at the right;
 (c) task-support: held-out R² per support kind, beside the paper's stated effect;
 (d) scaling-law: held-out R² against the number of training tasks, MLP against transformer;
 (e) size-matched: SGD's held-out sup error ÷ the construction's at equal hidden units,
@@ -49,51 +50,76 @@ def table(study: str, quick: bool, progress: bool | None) -> dict:
     return effects_table(study, "smoke", out, {r.key for r in expand(study, "smoke")[1]}, code_fingerprint())
 
 
-def compute(quick: bool, progress: bool | None) -> tuple[list[dict], dict]:
-    tables = {s: table(s, quick, progress) for s in STUDIES}
+def sweep_rows(tables: dict, kinds: dict[str, str], metric: str, train: str) -> list[dict]:
+    """The points of the sweep panels (a), (b), …, one panel per study of `kinds` (study → its
+    kind: scaling-data, scaling-model, task-support, scaling-law or size-matched), in order:
+    one point per effects-table row that has the held-out `metric` (size-matched: the sup
+    ratio), at its mean over seeds with the sd; each carries the row's training `train` mean."""
     rows = []
-    for panel, study in zip("abcde", STUDIES, strict=True):
+    for panel, (study, kind) in zip("abcdefgh"[:len(kinds)], kinds.items(), strict=True):
         t = tables[study]
-        metric = "sup_ratio" if study == "size-matched" else "held_out_r2"
-        found = [r for r in t["rows"] if r[f"{metric}_mean"] is not None]
+        metric_y = "sup_ratio" if kind == "size-matched" else metric
+        found = [r for r in t["rows"] if r[f"{metric_y}_mean"] is not None]
+        depths = {len(r.get("widths") or ()) for r in found}
         for i, r in enumerate(sorted(found, key=lambda r: str(r.get("split", "")))):
-            if study == "scaling-data":
+            if kind == "scaling-data":
                 series = " ".join(f"{k}={r[k]}" for k in ("M", "K") if k in r) or "every run"
                 x = r["n_train"]
-            elif study == "scaling-model":
-                series, x = r.get("encoding", "identity"), (r.get("widths") or (0,))[0]
-            elif study == "scaling-law":
+            elif kind == "scaling-model":  # one line per encoding, and per depth where that varies
+                widths = r.get("widths") or (0,)
+                series, x = r.get("encoding", "identity") + (f", depth {len(widths)}" if len(depths) > 1
+                                                             else ""), widths[0]
+            elif kind == "scaling-law":
                 series = " ".join([r.get("student") or r["network"],
                                    *(f"{k}={r[k]}" for k in ("M", "K") if k in r)])
                 x = r["n_train"]
-            elif study == "size-matched":  # ε is in the row only when the grid varies it
+            elif kind == "size-matched":  # ε is in the row only when the grid varies it
                 series, x = r["network"], r.get("eps") or expand(study, t["scale"])[1][0].config["eps"]
             else:  # one point per support kind, at its index; the kind is in the row
                 series, x = "support kinds", i
             rows.append(dict(panel=panel, study=study, scale=t["scale"], series=series, x=x,
-                             y=r[f"{metric}_mean"], sd=r[f"{metric}_sd"], runs=r["runs"],
-                             split=r.get("split"), train_r2=r["train_r2_mean"], converged=r["converged"],
+                             y=r[f"{metric_y}_mean"], sd=r[f"{metric_y}_sd"], runs=r["runs"],
+                             split=r.get("split"), **{train: r[f"{train}_mean"]}, converged=r["converged"],
                              paper=r.get("paper_held_out_r2") or r.get("paper_effect"),
                              effect_vs_random=r.get("effect_vs_random"), agrees=r.get("agrees"),
                              code=r.get("code")))
-    for j, study in enumerate(STUDIES):  # (f): each study's rows at its index, jittered apart
-        trained = [r for r in tables[study]["rows"] if r["train_r2_mean"] is not None]
+    return rows
+
+
+def convergence_rows(tables: dict, panel: str, train: str) -> list[dict]:
+    """Every row's training `train` metric (mean ± sd over seeds), one series per study, at
+    the study's index (in the order of `tables`), its rows jittered apart."""
+    rows = []
+    for j, (study, t) in enumerate(tables.items()):
+        trained = [r for r in t["rows"] if r[f"{train}_mean"] is not None]
         for k, r in enumerate(trained):
-            rows.append(dict(panel="f", study=study, scale=tables[study]["scale"], series=study,
-                             x=j + 0.6 * (k + 0.5) / len(trained) - 0.3, y=r["train_r2_mean"],
-                             sd=r["train_r2_sd"], runs=r["runs"], converged=r["converged"],
+            rows.append(dict(panel=panel, study=study, scale=t["scale"], series=study,
+                             x=j + 0.6 * (k + 0.5) / len(trained) - 0.3, y=r[f"{train}_mean"],
+                             sd=r[f"{train}_sd"], runs=r["runs"], converged=r["converged"],
                              code=r.get("code")))
+    return rows
+
+
+def study_meta(tables: dict) -> dict:
+    """What a studies figure's JSON says of its stores, per study: the scale read, the runs
+    done and failed, the table's notes, and how many runs other or unknown code made."""
+    return dict(checks={}, scales={s: t["scale"] for s, t in tables.items()},
+                runs={s: dict(done=t["runs_done"], failed=t["runs_failed"]) for s, t in tables.items()},
+                notes={s: t["notes"] for s, t in tables.items()}, code_fingerprint=code_fingerprint(),
+                code={s: dict(other=t["runs_other_code"], unknown=t["runs_unknown_code"], done=t["runs_done"])
+                      for s, t in tables.items()})
+
+
+def compute(quick: bool, progress: bool | None) -> tuple[list[dict], dict]:
+    tables = {s: table(s, quick, progress) for s in STUDIES}
+    rows = sweep_rows(tables, {s: s for s in STUDIES}, "held_out_r2", "train_r2")
+    rows += convergence_rows(tables, "f", "train_r2")
     for enc in sorted({r["series"] for r in rows if r["panel"] == "b"} & set(PAPER_ENCODING_R2)):
         widest = max(r["x"] for r in rows if r["panel"] == "b" and r["series"] == enc)
         rows += [dict(panel="b", study="scaling-model", scale="paper", series=f"paper {enc}", x=widest * f,
                       y=PAPER_ENCODING_R2[enc]) for f in (1.2, 1.6)]
     rows.sort(key=lambda r: (r["panel"], r["series"], r["x"]))  # each series in x order, as drawn
-    meta = dict(checks={}, scales={s: tables[s]["scale"] for s in STUDIES},
-                runs={s: dict(done=tables[s]["runs_done"], failed=tables[s]["runs_failed"]) for s in STUDIES},
-                notes={s: tables[s]["notes"] for s in STUDIES}, code_fingerprint=code_fingerprint(),
-                code={s: dict(other=tables[s]["runs_other_code"], unknown=tables[s]["runs_unknown_code"],
-                              done=tables[s]["runs_done"]) for s in STUDIES})
-    return rows, meta
+    return rows, study_meta(tables)
 
 
 def code_mark(code: dict) -> str:
@@ -108,22 +134,49 @@ def _title(text: str, study: str, meta: dict) -> str:
     return text + mark + code_mark(meta["code"][study])
 
 
+def draw_measured(axis, rows: list[dict], panel: str, *, points: bool = False) -> None:
+    """Every measured series of the panel (a line, or markers alone with `points`), each
+    point with its ± sd bar, and the paper's number for a series, where the rows hold one
+    (series `paper NAME`), dashed in its colour."""
+    measured = sorted({r["series"] for r in rows
+                       if r["panel"] == panel and not r["series"].startswith("paper")})
+    for i, name in enumerate(measured):
+        colour, marker = COLOURS[i % len(COLOURS)], MARKERS[i % len(MARKERS)]
+        pts = select(rows, name, panel)
+        plot_series(axis, rows, name, panel, color=colour, marker=marker, ms=6, lw=1.3,
+                    ls="none" if points else "-", label=name)
+        axis.vlines([r["x"] for r in pts], [r["y"] - (r["sd"] or 0) for r in pts],
+                    [r["y"] + (r["sd"] or 0) for r in pts], color=colour, lw=1)
+        if f"paper {name}" in {r["series"] for r in rows}:
+            plot_series(axis, rows, f"paper {name}", panel, color=colour, ls="--", lw=2)
+    axis.grid(True, alpha=0.3)
+
+
+def label_support_kinds(axis, rows: list[dict], panel: str) -> None:
+    """The task-support panel's ticks (one per support kind) and, over each kind the paper
+    makes a claim for, the paper's effect and the measured one against the random support."""
+    kinds = select(rows, "support kinds", panel)
+    axis.set_xticks([r["x"] for r in kinds], [str(r["split"]).replace("_", "\n") for r in kinds], fontsize=7)
+    for r in kinds:
+        said = PAPER_SUPPORT_EFFECTS.get(r["split"])
+        if said:
+            axis.annotate(f"paper: {said}\nhere: {r['effect_vs_random'] or '—'}", (r["x"], r["y"]),
+                          xytext=(0, 6), textcoords="offset points", ha="center", va="bottom", fontsize=6.5)
+
+
+def stale_note(meta: dict) -> str:
+    """The suptitle's last line when some runs were made by other or unknown code, else ""."""
+    stale = any(c["other"] or c["unknown"] for c in meta["code"].values())
+    return ("\n[other code / unknown code: runs not made by the installed code (its fingerprint is in "
+            "the figure's .json); python -m verify.study run STUDY --rerun-stale recomputes them]"
+            if stale else "")
+
+
 def plot(rows: list[dict], meta: dict):
     fig, axes = new_figure(2, 3, figsize=(15.0, 9.5))
     (ax, bx, cx), (dx, ex, fx) = axes
     for axis, panel in ((ax, "a"), (bx, "b"), (cx, "c"), (dx, "d"), (ex, "e"), (fx, "f")):
-        measured = sorted({r["series"] for r in rows
-                           if r["panel"] == panel and not r["series"].startswith("paper")})
-        for i, name in enumerate(measured):
-            colour, marker = COLOURS[i % len(COLOURS)], MARKERS[i % len(MARKERS)]
-            pts = select(rows, name, panel)
-            plot_series(axis, rows, name, panel, color=colour, marker=marker, ms=6, lw=1.3,
-                        ls="none" if panel in "cf" else "-", label=name)
-            axis.vlines([r["x"] for r in pts], [r["y"] - (r["sd"] or 0) for r in pts],
-                        [r["y"] + (r["sd"] or 0) for r in pts], color=colour, lw=1)
-            if f"paper {name}" in {r["series"] for r in rows}:
-                plot_series(axis, rows, f"paper {name}", panel, color=colour, ls="--", lw=2)
-        axis.grid(True, alpha=0.3)
+        draw_measured(axis, rows, panel, points=panel in "cf")
     for axis, where in ((ax, "lower right"), (bx, "lower left"), (dx, "lower left"), (ex, "best"),
                         (fx, "lower left")):
         axis.legend(fontsize=7.5, loc=where)
@@ -132,13 +185,7 @@ def plot(rows: list[dict], meta: dict):
     bx.set(xscale="log", xlabel="MLP width (dashed: the paper's R², 4×1024, 300k steps)",
            ylabel="held-out R²",
            title=_title("(b) scaling-model", "scaling-model", meta))
-    kinds = select(rows, "support kinds", "c")
-    cx.set_xticks([r["x"] for r in kinds], [str(r["split"]).replace("_", "\n") for r in kinds], fontsize=7)
-    for r in kinds:
-        said = PAPER_SUPPORT_EFFECTS.get(r["split"])
-        if said:
-            cx.annotate(f"paper: {said}\nhere: {r['effect_vs_random'] or '—'}", (r["x"], r["y"]),
-                        xytext=(0, 6), textcoords="offset points", ha="center", va="bottom", fontsize=6.5)
+    label_support_kinds(cx, rows, "c")
     cx.set(ylabel="held-out R²", title=_title("(c) task-support", "task-support", meta))
     dx.set(xscale="log", xlabel="training tasks (supports)", ylabel="held-out R²",
            title=_title("(d) scaling-law: MLP against transformer", "scaling-law", meta))
@@ -149,11 +196,8 @@ def plot(rows: list[dict], meta: dict):
     fx.axhline(CONVERGED_R2, color="k", lw=0.8, ls=":")
     fx.set_xticks(range(len(STUDIES)), [s.replace("-", "-\n") for s in STUDIES], fontsize=7)
     fx.set(ylabel="training R² (dotted: converged)", title="(f) convergence: every row's training R²")
-    stale = any(c["other"] or c["unknown"] for c in meta["code"].values())
     fig.suptitle("The paper's sweeps as studies: held-out R² (the official estimator), mean ± sd over seeds"
-                 + ("\n[other code / unknown code: runs not made by the installed code (its fingerprint is "
-                    "in the figure's .json); python -m verify.study run STUDY --rerun-stale recomputes "
-                    "them]" if stale else ""), fontsize=10)
+                 + stale_note(meta), fontsize=10)
     return fig
 
 
