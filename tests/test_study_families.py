@@ -144,7 +144,7 @@ def test_a_hyperteacher_run_keeps_the_key_it_had_before_there_were_families(tmp_
     assert "family" not in run.config and not PREFERENCE_DESTS & set(run.config)
     assert HYPERTEACHER_DESTS <= set(run.config) and run.key == config_key(run.config)
     named = Path(tiny_study(tmp_path, seeds="[1]", name="named.yaml"))
-    named.write_text(named.read_text() + "  family: {value: hyperteacher}\n  F: {value: 5}\n")
+    named.write_text(named.read_text() + "  family: {value: hyperteacher}\n")
     assert [(r.key, r.config) for r in study.expand(str(named), "paper")[1]] == [(run.key, run.config)]
     _, crossed = study.expand(mixed_study(tmp_path, fs="[3, 5]", steps=5), "paper")
     hyper = [r for r in crossed if "family" not in r.config]
@@ -189,21 +189,16 @@ def test_preference_runs_differing_only_in_a_preference_setting_have_their_own_k
 
 # ----------------------------------------------------------------------------- the other family's flag
 
-def test_a_single_family_grid_drops_a_parameter_of_the_other_family(tmp_path):
-    """A preference-only grid that sets `eps` (the hyperteacher's construction ε): the driver
-    drops it from every grid point, as it drops another family's settings in a grid that
-    crosses the families, so the run is the one the grid without `eps` makes (same key, no
-    duplicate work) and verify.sgd never sees --eps. verify.sgd itself refuses --eps with
-    --family preference; the study says nothing, though here `eps` changes no run at all (a
-    refusal of a parameter that no grid point's family or student takes is proposed)."""
+def test_a_parameter_no_grid_point_takes_is_refused(tmp_path):
+    """A preference-only grid that sets `eps` (the hyperteacher's construction ε): no grid
+    point's family takes it, so the study is refused before any work, as verify.sgd refuses
+    --eps with --family preference. In a grid that crosses the families the same parameter
+    reaches the hyperteacher's runs only."""
     with pytest.raises(study.UsageError, match="--eps applies to --family hyperteacher, not preference"):
         sgd.parse_args(["--family", "preference", "--eps", "0.001", "--no-progress"])
-    _, (plain,) = study.expand(preference_study(tmp_path), "paper")
-    _, (with_eps,) = study.expand(preference_study(tmp_path, "  eps: {value: 0.001}\n", "eps.yaml"), "paper")
-    assert with_eps.params["eps"] == 0.001  # the grid point as written
-    assert "--eps" not in with_eps.argv and "eps" not in with_eps.config
-    assert (with_eps.key, with_eps.config, with_eps.argv) == (plain.key, plain.config, plain.argv)
-    # The same parameter in a grid that crosses the families reaches the hyperteacher's runs.
+    study.expand(preference_study(tmp_path), "paper")
+    with pytest.raises(study.UsageError, match="parameter 'eps' applies to no grid point"):
+        study.expand(preference_study(tmp_path, "  eps: {value: 0.001}\n", "eps.yaml"), "paper")
     crossed = tmp_path / "crossed.yaml"
     crossed.write_text(PREFERENCE_GRID.replace("{value: preference}", "{values: [preference, hyperteacher]}")
                        .replace("OTHER", "  eps: {value: 0.5}\n"))

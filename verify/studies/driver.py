@@ -146,19 +146,24 @@ def _flags() -> dict[str, str]:
     return {a.dest: a.option_strings[-1] for a in build_parser()._actions if a.option_strings}
 
 
-def sgd_argv(params: dict) -> list[str]:
-    """verify.sgd's arguments for one grid point."""
+def own_parameters(params: dict) -> dict:
+    """The grid point's parameters that apply to its run. A grid that crosses students (the
+    scaling-law sweep: mlp and transformer) sets both students' sizes; each run takes its
+    own student's. Likewise a grid that crosses task families sets each family's own
+    settings; each run takes its own family's."""
     from verify.learning.sgd import DEFAULT_FAMILY, FAMILY_FLAGS
 
-    flags = _flags()
     student = params.get("student", "mlp")
-    # A grid that crosses students (the scaling-law sweep: mlp and transformer) sets both
-    # students' sizes; each run takes its own student's. Likewise a grid that crosses task
-    # families sets each family's own settings; each run takes its own family's.
     params = {k: v for k, v in params.items() if k not in STUDENT_ONLY or student in STUDENT_ONLY[k]}
     family = params.get("family", DEFAULT_FAMILY)
-    params = {k: v for k, v in params.items()
-              if not any(k in own for f, own in FAMILY_FLAGS.items() if f != family)}
+    return {k: v for k, v in params.items()
+            if not any(k in own for f, own in FAMILY_FLAGS.items() if f != family)}
+
+
+def sgd_argv(params: dict) -> list[str]:
+    """verify.sgd's arguments for one grid point."""
+    flags = _flags()
+    params = own_parameters(params)
     argv: list[str] = []
     for name, value in params.items():
         if name in SHAPE_PARAMETERS:
@@ -178,9 +183,10 @@ def expand(name: str, scale: str) -> tuple[str, list[Run]]:
     from verify.studies.store import config_key
 
     study, grid = load_study(name, scale)
-    runs, seen = [], set()
+    runs, seen, used = [], set(), set()
     for values in itertools.product(*grid.values()):
         params = dict(zip(grid, values, strict=True))
+        used |= set(own_parameters(params))
         argv = sgd_argv(params)
         try:
             args = sgd.parse_args([*argv, "--no-progress"])
@@ -191,6 +197,11 @@ def expand(name: str, scale: str) -> tuple[str, list[Run]]:
         if key not in seen:
             seen.add(key)
             runs.append(Run(key, params, config, tuple(argv)))
+    # A parameter that no grid point's student or family takes would be silently ignored.
+    unused = sorted(set(grid) - used)
+    if unused:
+        raise UsageError(f"study {study}: parameter {unused[0]!r} applies to no grid point (its task family "
+                         "or student is never selected)")
     return study, runs
 
 

@@ -66,6 +66,11 @@ def student_rows(report: dict) -> list[dict]:
     return out
 
 
+def column_of(family, side_metric: tuple[str, str]) -> str:
+    """The effects column that holds a family's (side, metric)."""
+    return next(column for column, *sm in family.effects_metrics if tuple(sm) == side_metric)
+
+
 def _hashable(v):
     return tuple(v) if isinstance(v, list) else v
 
@@ -97,8 +102,13 @@ def effects_table(study: str, scale: str, out: Path, keys: set[str] | None = Non
     done = [r for r in runs if r["status"] == "done"]
     failed = [r for r in runs if r["status"] == "failed"]
     settings = sorted({k for r in done for k in r["config"]})
-    varying = [k for k in settings if k != "seed"
-               and len({_hashable(r["config"].get(k)) for r in done}) > 1]
+    # A setting varies when it varies among the runs of one family: in a grid that crosses
+    # the families, each family's own settings are absent from the other's runs.
+    by_family: dict[str, list] = {}
+    for r in done:
+        by_family.setdefault(r["config"].get("family", "hyperteacher"), []).append(r)
+    varying = [k for k in settings if k != "seed" and (k == "family" and len(by_family) > 1 or any(
+        len({_hashable(r["config"].get(k)) for r in runs_of}) > 1 for runs_of in by_family.values()))]
     groups: dict[tuple, list] = {}
     for r in done:
         for s in student_rows(r["report"]):
@@ -120,9 +130,9 @@ def effects_table(study: str, scale: str, out: Path, keys: set[str] | None = Non
             row[f"{metric}_mean"], row[f"{metric}_sd"] = mean_sd([m[metric] for m in members])
         metric_columns += [c for m in names for c in (f"{m}_mean", f"{m}_sd")]
         metric_columns += ["probe_r2_mean", *(f"{m}_mean" for m, _, _ in family.effects_extra)]
-        converge = "_".join(family.convergence_side_metric())
-        row["converged"] = all(family.converged(m[converge]) for m in members)
-        row["effect_metric"] = "_".join(family.effect_side_metric())
+        row["converged"] = all(family.converged(m[column_of(family, family.convergence_side_metric())])
+                               for m in members)
+        row["effect_metric"] = column_of(family, family.effect_side_metric())
         if fingerprint is not None:
             row["code"] = _code_cell([m["code"] for m in members])
         rows.append(row)
@@ -175,6 +185,7 @@ def _support_effects(rows: list[dict], notes: list[str]) -> None:
         if ref is None or r is ref or r[f"{m}_mean"] is None or ref[f"{m}_mean"] is None:
             continue
         diff = r[f"{m}_mean"] - ref[f"{m}_mean"]
+        diff = 0.0 if abs(diff) < 5e-4 else diff  # printed to 3 decimals: no "-0.000"
         se = math.sqrt(r[f"{m}_sd"] ** 2 / r["runs"] + ref[f"{m}_sd"] ** 2 / ref["runs"])
         threshold = max(MIN_EFFECT, 2 * se)
         seen = "hurts" if diff < -threshold else "helps" if diff > threshold else "no clear effect"
