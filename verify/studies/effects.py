@@ -115,8 +115,10 @@ def effects_table(study: str, scale: str, out: Path, keys: set[str] | None = Non
             group = tuple(_hashable(r["config"].get(k)) for k in varying) + (s["network"],)
             groups.setdefault(group, []).append(s | dict(code=code_of(r, fingerprint)))
     rows = []
-    def order(group):  # numbers by value (M = 8 before 16), anything else by its text
-        return tuple((0, v, "") if isinstance(v, int | float) else (1, 0, str(v)) for v in group)
+    def order(group):  # numbers by value (M = 8 before 16; widths 64×64 before 256×256), else text
+        return tuple((0, v, "") if isinstance(v, int | float) else
+                     (1, v, "") if isinstance(v, tuple) and all(isinstance(x, int | float) for x in v) else
+                     (2, 0, str(v)) for v in group)
 
     metric_columns: list[str] = []  # in order of first use, over the families present
     for group, members in sorted(groups.items(), key=lambda kv: order(kv[0])):
