@@ -176,3 +176,15 @@ def test_each_family_names_its_convergence_rule_and_headline():
     assert pref.convergence == ("acc", 0.99) and pref.headline == "acc_all"
     assert pref.converged(0.995) and not pref.converged(0.98) and not pref.converged(None)
     assert not pref.converged(float("nan"))
+
+
+@pytest.mark.parametrize("kind, n_train, n_test", [
+    ("random", 522, 174), ("equal", 522, 174), ("pseudo_random_disconnected", 523, 173),
+    ("non_compositional", 575, 121), ("popular_modules", 522, 174), ("unpopular_modules", 522, 174)])
+def test_the_preference_grid_splits_its_696_supports_as_the_paper_does(kind, n_train, n_test):
+    """At M = 16, K = 3 (the preference sweeps' task-support grid), each support kind gives
+    the official counts through verify.sgd's own resolution for this family."""
+    split = sgd.split_of(sgd.parse_args(["--family", "preference", "--M", "16", "--K", "3", "--split", kind,
+                                         "--seed", "1", "--no-progress"]))
+    assert (len(split.train), len(split.test)) == (n_train, n_test)
+    assert len(split.train) + len(split.test) == 696
