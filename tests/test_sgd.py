@@ -329,6 +329,9 @@ def files_under(folder: Path) -> list[str]:
     (["--student", "transformer", "--init", "torch_default"], "--init applies to --student mlp"),
     (["--student", "transformer", "--d-model", "10", "--n-heads", "3"], "multiple of --n-heads"),
     (["--init", "xavier"], "invalid choice"), (["--decay", "none"], "invalid choice"),
+    (["--schedule", "linear"], "invalid choice"), (["--warmup-steps", "10"], "applies to --schedule cosine"),
+    (["--schedule", "cosine", "--steps", "2000"], "--steps > 2 × --warmup-steps"),
+    (["--checkpoint-minutes", "0"], "--checkpoint-minutes"), (["--log-every", "0"], "positive integer"),
     (["--eval-tasks", "0"], "positive integer"), (["--extra-modules", "-1"], "--extra-modules"),
     (["--save", "FILE"], "existing file"), (["--save", "UNDER_FILE"], "cannot be written"),
     (["--save", "FULL"], "--force"), (["--force"], "--save"),
@@ -528,8 +531,12 @@ def test_a_run_resumed_from_its_checkpoint_ends_as_an_uninterrupted_one(teacher,
         def resume(init_seed, name=name, ckpt=ckpt):
             family = HyperteacherFamily(teacher, make_encoder(name, teacher, seed=1), name)
             return train.train_student(family, supports, student(init_seed), cfg, progress=False,
-                                       checkpoint=ckpt, checkpoint_every=3)
+                                       checkpoint=ckpt, checkpoint_seconds=3)
 
+        # A wall clock that ticks 1 s a reading: the loop reads it once a step, and once more
+        # after a save, so the saves fall after steps 3 and 6.
+        ticks = iter(range(10**6))
+        monkeypatch.setattr(train, "_clock", lambda ticks=ticks: next(ticks))
         monkeypatch.setattr(train, "apply_tasks", stop_at_eight)
         with pytest.raises(KeyboardInterrupt):
             resume(cfg.seed)

@@ -203,7 +203,10 @@ def prepare_out_dir(path: str | os.PathLike, flag: str, *, force: bool | None = 
 def atomic_path(final: str | os.PathLike) -> Iterator[Path]:
     """Yield a temporary path beside `final`; rename it to `final` only when the block
     finishes. An interrupted or failed write leaves no file under the final name (and no
-    temporary one either). The temporary name keeps the suffix, for writers that read it."""
+    temporary one either). The temporary name keeps the suffix, for writers that read it.
+    The file is fsynced before the rename and the folder after it, so a power cut or a
+    killed machine leaves the old file or the whole new one, never an empty one (a rename
+    alone can reach the disk before the data)."""
     final = Path(final)
     # The name is chosen before the file exists, so a Ctrl-C at any point after this line
     # knows what to remove.
@@ -211,11 +214,21 @@ def atomic_path(final: str | os.PathLike) -> Iterator[Path]:
     try:
         os.close(os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666))  # the umask applies
         yield tmp
+        _fsync(tmp)
         os.replace(tmp, final)
+        _fsync(final.parent)
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+
+
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def plain(value):

@@ -13,6 +13,8 @@ FAMILY_NAMES = ("hyperteacher", "preference")
 INITS = ("lecun_normal", "torch_default")
 # Which parameters AdamW decays: the paper's mask (matrices only) or every one.
 DECAYS = ("matrices", "all")
+CHECKPOINT_SECONDS = 600.0  # wall-clock time between training checkpoints, not every N steps
+SCHEDULES = ("constant", "cosine")  # the official run.py's learning-rate schedules
 # How many tasks the measurer takes by default: every support up to this many, else a
 # sample of this many (verify.measure, verify.bound --max-tasks, the exact level tasks).
 MAX_TASKS = 20_000

@@ -165,6 +165,7 @@ class PreferenceGrid:
         g = torch.Generator().manual_seed(cfg.seed)
         self.basis = torch.randn(cfg.M, cfg.F, generator=g, dtype=torch.float64).to(self.device)
         self.walls = walls.to(self.device)
+        self.n_walls = int(walls.sum())  # read once here: demonstrate() must not wait on the device
         self.free_cells = free_cells(walls).to(self.device)
         self.cell_next = move_table(walls).to(self.device)
         # Index of each free cell in the flattened 7×7 grid, for the observation.
@@ -341,8 +342,7 @@ class PreferenceGrid:
         cell_next, rows = self.cell_next.to(U.device), torch.arange(len(starts), device=U.device)
         rollout = self._rollout(starts, lambda cell, available: U[cell_next[cell], rows[:, None],
                                                                   self._config(available)[:, None]])
-        n_walls = int(self.walls.sum())
-        ones = (n_walls + 1 + rollout.available.sum(-1)).to(dtype)  # walls, the agent, the objects left
+        ones = (self.n_walls + 1 + rollout.available.sum(-1)).to(dtype)  # walls, the agent, the objects left
         scale = torch.rsqrt(ones / self.obs_dim + 1e-6)
         observations = self._paint(starts.object_cells[:, None], starts.features[:, None], rollout.available,
                                    rollout.agent_cell, scale, dtype)

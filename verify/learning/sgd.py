@@ -34,7 +34,7 @@ from verify.cli import (
     positive_float,
     positive_int,
 )
-from verify.names import DECAYS, FAMILY_NAMES, INITS, SHAPES, STUDENTS
+from verify.names import CHECKPOINT_SECONDS, DECAYS, FAMILY_NAMES, INITS, SCHEDULES, SHAPES, STUDENTS
 
 # The official sweeps' run (configs/teacher.py, sweeps/*_hyperteacher.yaml): 300k steps of
 # 128 tasks × 16 samples, seeds 1–3, scored on 1,024 tasks a side with 16 samples each.
@@ -119,6 +119,12 @@ def build_parser() -> cli.Parser:
     p.add_argument("--decay", choices=DECAYS, default="matrices",
                    help="which parameters are decayed: matrices (the paper's mask: no biases, no norms) "
                         "or all (default matrices)")
+    p.add_argument("--schedule", choices=SCHEDULES, default="constant",
+                   help="learning-rate schedule: constant (the paper's configs) or cosine (the official "
+                        "run.py's other one: linear warmup from 0, cosine decay to lr/10) (default constant)")
+    p.add_argument("--warmup-steps", type=non_negative_int, default=1000,
+                   help="cosine only: steps of linear warmup; the decay lasts steps − 2 × this, as "
+                        "run.py sets it (default 1000, the paper's)")
     p.add_argument("--eval-tasks", type=positive_int, default=1024,
                    help="tasks on each side (in-distribution, held out, each K+j) for RMSE, R² and the "
                         "probe, drawn uniformly from that side's supports (default 1024, the paper's)")
@@ -145,10 +151,13 @@ def build_parser() -> cli.Parser:
     p.add_argument("--force", action="store_true", help="let --save replace the files of a non-empty DIR")
     p.add_argument("--checkpoint", metavar="DIR",
                    help="save each student's model, optimizer and random streams into DIR every "
-                        "--checkpoint-every steps, and resume from what DIR holds (a run killed and "
-                        "started again ends as an uninterrupted one would)")
-    p.add_argument("--checkpoint-every", type=positive_int, default=1000,
-                   help="steps between checkpoints (default 1000)")
+                        "--checkpoint-minutes of wall-clock time and at the end, and resume from what DIR "
+                        "holds (a run killed and started again ends as an uninterrupted one would)")
+    p.add_argument("--checkpoint-minutes", type=positive_float, default=CHECKPOINT_SECONDS / 60,
+                   help=f"wall-clock minutes between checkpoints (default {CHECKPOINT_SECONDS / 60:g})")
+    p.add_argument("--log-every", type=positive_int,
+                   help="steps between readings of the running loss, the training loop's only host sync "
+                        "(default steps/100)")
     cli.add_common(p, threads_default="1, or the cores left free when a training step is large "
                                       "(≥ 5e7 multiply-adds, verify.train); without --threads, smaller "
                                       "steps train on 1")
@@ -204,6 +213,13 @@ def parse_args(argv=None):
             args.widths = list(PAPER_WIDTHS)
         if "custom" in args.shapes and not args.widths:
             raise UsageError("--shapes custom needs --widths, e.g. --widths 1024 1024 1024 1024")
+    if args.schedule == "cosine" and args.steps <= 2 * args.warmup_steps:
+        raise UsageError(f"--schedule cosine needs --steps > 2 × --warmup-steps (got {args.steps} and "
+                         f"{args.warmup_steps}): its decay lasts steps − 2 × warmup, as the official run.py "
+                         "sets it")
+    if args.schedule == "constant" and _given(argv, "--warmup-steps"):
+        raise UsageError("--warmup-steps applies to --schedule cosine (the constant schedule has no warmup, "
+                         "as in the official run.py)")
     args.init = args.init or "lecun_normal"
     args.seeds = list(dict.fromkeys(args.seed))  # a seed given twice runs once
     args.seed = args.seeds[0]
@@ -262,17 +278,27 @@ FAMILY_ONLY_ENCODINGS = {name: "it shows a task by examples of the teacher's out
 
 
 # Settings that do not change a run's result, left out of its configuration's key.
-RUNTIME = ("threads", "no_progress", "json", "save", "force", "checkpoint", "checkpoint_every", "device",
-           "paper", "seeds")
+RUNTIME = ("threads", "no_progress", "json", "save", "force", "checkpoint", "checkpoint_minutes", "log_every",
+           "device", "paper", "seeds")
 DEFAULT_FAMILY = "hyperteacher"
+
+
+def schedule_note(train: dict) -> str:
+    """'' for the constant schedule; else the cosine schedule in a few words."""
+    if train.get("schedule", "constant") == "constant":
+        return ""
+    return f" (cosine: {train['warmup_steps']} warmup steps, decay to {train['lr'] / 10:g})"
 
 
 def run_config(args) -> dict:
     """A run's resolved configuration, as a study keys it: every setting but the runtime
-    ones. A run of the default family leaves `family` out, so the keys of runs stored
-    before there were two families stay valid."""
+    ones. Settings added later leave themselves out at their old behaviour (the default
+    family; the constant schedule, and with it the warmup it ignores), so the keys of runs
+    stored before them stay valid."""
+    constant = vars(args).get("schedule", "constant") == "constant"
     return {k: v for k, v in sorted(vars(args).items())
-            if k not in RUNTIME and not (k == "family" and v == DEFAULT_FAMILY)}
+            if k not in RUNTIME and not (k == "family" and v == DEFAULT_FAMILY)
+            and not (constant and k in ("schedule", "warmup_steps"))}
 
 
 def check_device(text: str) -> None:
@@ -411,7 +437,14 @@ def ratio_records(network: str, metrics: list, reference: list | None, names) ->
 def run(args) -> dict:
     from verify.learning.records import as_dicts
     from verify.learning.students import parameter_count
-    from verify.learning.train import CheckpointMismatch, TrainConfig, step_macs, train_student
+    from verify.learning.train import (
+        CheckpointMismatch,
+        CheckpointSpace,
+        TrainConfig,
+        check_checkpoint_space,
+        step_macs,
+        train_student,
+    )
 
     start = time.perf_counter()
     progress = False if args.no_progress else None
@@ -427,6 +460,11 @@ def run(args) -> dict:
     sides = family.eval_sides(split, extra_sides(args), args.eval_tasks, getattr(args, "eval_samples", 0),
                               args.seed)
     students = build_students(args, family, reference.widths if reference else [])
+    if args.checkpoint:
+        try:
+            check_checkpoint_space(Path(args.checkpoint), [net for net, _ in students.values()])
+        except CheckpointSpace as e:
+            raise UsageError(f"--checkpoint: {e}") from None
     P = family.rows_per_task(getattr(args, "samples_per_task", 0))
     largest = max(step_macs(net, args.tasks_per_batch, P) for net, _ in students.values())
 
@@ -447,7 +485,7 @@ def run(args) -> dict:
         tc = TrainConfig(steps=args.steps, tasks_per_batch=args.tasks_per_batch,
                          samples_per_task=getattr(args, "samples_per_task", P), lr=args.lr,
                          weight_decay=args.weight_decay, seed=args.seed, device=args.device, init=args.init,
-                         decay=args.decay)
+                         decay=args.decay, schedule=args.schedule, warmup_steps=args.warmup_steps)
         trained = {}
         for shape, (net, widths) in students.items():
             label = "×".join(map(str, widths)) if widths else shape
@@ -455,7 +493,8 @@ def run(args) -> dict:
             try:
                 result = train_student(family, split.train, net, tc, progress=progress, threads=args.threads,
                                        name=label, widths=widths, checkpoint=ckpt,
-                                       checkpoint_every=args.checkpoint_every)
+                                       checkpoint_seconds=60 * args.checkpoint_minutes,
+                                       log_every=args.log_every)
             except CheckpointMismatch as e:
                 raise UsageError(f"--checkpoint: {e}") from None
             # The paper probes MLPs and transformers, not hypernetworks (run.py).
@@ -511,7 +550,7 @@ def format_report(r: dict) -> str:
     settings = " ".join(f"{k}={v}" for k, v in task.items() if k not in ("seed", "encoding"))
     lines = [f"{family.name} {settings} encoding={r['encoding']} seed={task['seed']}",
              f"split    {s['name']}: {s['n_train']} training supports, {s['n_test']} held out",
-             f"training {r['student']}, AdamW lr={tr['lr']:g} wd={tr['weight_decay']:g} "
+             f"training {r['student']}, AdamW lr={tr['lr']:g}{schedule_note(tr)} wd={tr['weight_decay']:g} "
              f"({tr['decay']}), init {tr['init']}, {tr['steps']} steps "
              f"of {tr['tasks_per_batch']} tasks × {family.rows_of(tr['samples_per_task'], task)} rows",
              f"scored   {ev['tasks_per_side']} tasks a side; {family.scored_note}"

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import shutil
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -27,7 +28,7 @@ from verify.cli import progress as progress_bar
 from verify.learning.families import Batch, HyperteacherFamily, TaskFamily
 from verify.learning.metrics import apply_tasks, encoding_dim
 from verify.learning.students import decay_parameter_groups, mlp_student
-from verify.names import DECAYS, INITS, SHAPES  # noqa: F401  (re-exported)
+from verify.names import CHECKPOINT_SECONDS, DECAYS, INITS, SCHEDULES, SHAPES  # noqa: F401  (re-exported)
 
 
 @dataclass(frozen=True)
@@ -41,6 +42,8 @@ class TrainConfig:
     device: str = "cpu"
     init: str = "lecun_normal"  # the paper's (Flax default); "torch_default" is torch's own
     decay: str = "matrices"  # the paper's mask; "all" decays biases and norms too
+    schedule: str = "constant"  # the paper's configs; "cosine" is the official run.py's other schedule
+    warmup_steps: int = 1000  # cosine only, as in run.py (its constant schedule has no warmup)
 
 
 @dataclass
@@ -50,6 +53,23 @@ class TrainResult:
     losses: list[tuple[int, float]] = field(default_factory=list)  # (step, running loss)
     seconds: float = 0.0
     config: dict = field(default_factory=dict)
+
+
+def learning_rate(cfg: TrainConfig, step: int) -> float:
+    """The learning rate of 1-based `step`. `constant`: cfg.lr throughout. `cosine`: optax's
+    warmup_cosine_decay_schedule as the official run.py calls it: linear from 0 over
+    warmup_steps, then a cosine to lr/10 whose length run.py sets to steps − warmup_steps
+    *including* the warmup (optax counts it in), so the decay ends warmup_steps before the
+    last step and lr/10 holds from there. optax evaluates the schedule at the update count,
+    which is step − 1 here: the first update of a cosine run has lr 0."""
+    if cfg.schedule == "constant":
+        return cfg.lr
+    t, warmup = step - 1, cfg.warmup_steps
+    if t < warmup:
+        return cfg.lr * t / warmup
+    decay = cfg.steps - 2 * warmup
+    progress = min(t - warmup, decay) / decay
+    return cfg.lr * (0.1 + 0.9 * 0.5 * (1 + np.cos(np.pi * progress)))
 
 
 def mlp(in_dim: int, widths: list[int], out_dim: int, init: str = "lecun_normal") -> nn.Sequential:
@@ -125,89 +145,172 @@ def train_mlp(teacher: Hyperteacher, encode, train_supports: np.ndarray, widths:
 def train_student(family: TaskFamily, train_supports: np.ndarray, net: nn.Module,
                   cfg: TrainConfig, progress: bool | None = None, threads: int | None = None,
                   name: str = "student", widths: list[int] | None = None,
-                  checkpoint: Path | None = None, checkpoint_every: int = 1000) -> TrainResult:
+                  checkpoint: Path | None = None, checkpoint_seconds: float = CHECKPOINT_SECONDS,
+                  log_every: int | None = None) -> TrainResult:
     """Fit any student (an MLP, or one with forward_tasks: verify.learning.students) by AdamW
     on the family's loss; each step draws fresh tasks from the training supports (and fresh
     x, or fresh episodes), so the only thing held out is which module combinations are seen.
     `net` is trained in place, in float32.
 
+    The loss stays on the device: its running mean is read, a host sync, only every
+    `log_every` steps (default steps/100) to extend the loss curve.
+
     With `checkpoint` (a file), the model, the optimizer, every random stream and the loss
-    curve are saved there every `checkpoint_every` steps (atomically), and a run that
-    finds one resumes from it: the result is the one an uninterrupted run gives."""
-    if cfg.decay not in DECAYS:
-        raise ValueError(f"decay must be one of {', '.join(DECAYS)}; got {cfg.decay!r}")
+    curve are saved there (fsynced, then renamed into place) once `checkpoint_seconds` of
+    wall-clock time have passed since the last save, and at the end; a run that finds one
+    resumes from it, and the result is the one an uninterrupted run gives. A checkpoint
+    written on another kind of device is refused: the data generator's state is not
+    portable between CPU and CUDA."""
+    check_config(cfg)
     P = family.rows_per_task(cfg.samples_per_task)
+    log_every = log_every or max(1, cfg.steps // 100)
     with threads_for(step_macs(net, cfg.tasks_per_batch, P), cfg.device, threads):
         return _train(family, train_supports, net, cfg, progress, name, widths,
-                      None if checkpoint is None else Path(checkpoint), checkpoint_every)
+                      None if checkpoint is None else Path(checkpoint), checkpoint_seconds, log_every)
+
+
+def check_config(cfg: TrainConfig) -> None:
+    """ValueError for settings no run can train with."""
+    if cfg.decay not in DECAYS:
+        raise ValueError(f"decay must be one of {', '.join(DECAYS)}; got {cfg.decay!r}")
+    if cfg.schedule not in SCHEDULES:
+        raise ValueError(f"schedule must be one of {', '.join(SCHEDULES)}; got {cfg.schedule!r}")
+    if cfg.schedule == "cosine" and cfg.steps <= 2 * cfg.warmup_steps:
+        raise ValueError(f"a cosine schedule needs steps > 2 × warmup_steps (its decay lasts steps − 2 × "
+                         f"warmup_steps, as run.py sets it); got {cfg.steps} and {cfg.warmup_steps}")
 
 
 class CheckpointMismatch(ValueError):
-    """A checkpoint file that another run (other settings, student or supports) wrote."""
+    """A checkpoint file that another run (other settings, student, supports or kind of
+    device) wrote."""
+
+
+class CheckpointSpace(OSError):
+    """Too little free disk for a run's checkpoints."""
+
+
+def checkpoint_bytes(net: nn.Module) -> int:
+    """A checkpoint's size, about: the float32 parameters and AdamW's two moments."""
+    return 3 * 4 * sum(p.numel() for p in net.parameters())
+
+
+def check_checkpoint_space(folder: Path, nets: list[nn.Module]) -> None:
+    """CheckpointSpace unless `folder`'s disk holds every student's checkpoint twice (the
+    new file is written beside the old one before it replaces it), with 10% to spare."""
+    need = int(1.1 * 2 * sum(checkpoint_bytes(net) for net in nets))
+    free = shutil.disk_usage(folder).free
+    if free < need:
+        raise CheckpointSpace(f"{folder} has {free / 2**30:.2f} GiB free; its checkpoints need "
+                              f"{need / 2**30:.2f} GiB (model and AdamW state, twice while one replaces "
+                              "the other)")
+
+
+def device_kind(device: str) -> str:
+    """cpu or cuda: what a checkpoint's random-generator states are tied to."""
+    return torch.device(device).type
 
 
 def _fingerprint(family: TaskFamily, cfg: TrainConfig, net: nn.Module, train_supports: np.ndarray) -> dict:
     """What a checkpoint must match to be resumed: the family and its settings, the training
-    settings, the student's parameter shapes and the training supports."""
+    settings, the kind of device, the student's parameter shapes and the training supports."""
     return dict(family=family.name, task=family.config(),
                 config={k: v for k, v in asdict(cfg).items() if k != "device"},
+                device=device_kind(cfg.device),
                 shapes={k: list(v.shape) for k, v in net.state_dict().items()},
                 supports=hashlib.sha256(np.ascontiguousarray(train_supports, dtype=np.int64)).hexdigest())
 
 
-def _save_checkpoint(path: Path, state: dict) -> None:
-    with atomic_path(path) as tmp:
-        torch.save(state, tmp)
-
-
-def train_step(net: nn.Module, opt: torch.optim.Optimizer, batch: Batch, loss_of) -> float:
-    """One AdamW step on the family's loss of a batch; returns its loss."""
+def train_step(net: nn.Module, opt: torch.optim.Optimizer, batch: Batch, loss_of) -> torch.Tensor:
+    """One AdamW step on the family's loss of a batch; returns the loss, detached, where it
+    was computed (reading it would sync with the device)."""
     loss = loss_of(apply_tasks(net, batch.e, batch.x), batch)
     opt.zero_grad(set_to_none=True)
     loss.backward()
     opt.step()
-    return loss.item()
+    return loss.detach()
+
+
+def _optimizer(net: nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
+    groups = (decay_parameter_groups(net, cfg.weight_decay) if cfg.decay == "matrices"
+              else [{"params": list(net.parameters()), "weight_decay": cfg.weight_decay}])
+    return torch.optim.AdamW(groups, lr=cfg.lr)
+
+
+@dataclass
+class _Progress:
+    """Where a run is: the last step done, its loss curve and running loss (a float64
+    tensor on the device; None before the first step) and the seconds spent so far."""
+    step: int = 0
+    losses: list = field(default_factory=list)
+    running: torch.Tensor | None = None
+    seconds: float = 0.0
+
+
+def _resume(checkpoint: Path, fingerprint: dict, net, opt, batches, generator, device) -> _Progress:
+    saved = torch.load(checkpoint, map_location=device, weights_only=False)
+    if saved["fingerprint"].get("device", "cpu") != fingerprint["device"]:
+        raise CheckpointMismatch(f"{checkpoint} was written on {saved['fingerprint'].get('device', 'cpu')}; "
+                                 f"resume it there (its random streams do not carry over to "
+                                 f"{fingerprint['device']}) or remove it to start afresh")
+    if saved["fingerprint"] != fingerprint:
+        raise CheckpointMismatch(f"{checkpoint} belongs to another run (other settings, student or "
+                                 "supports); remove it to start afresh")
+    net.load_state_dict(saved["net"])
+    opt.load_state_dict(saved["optimizer"])
+    batches.generator.set_state(saved["data_generator"].cpu())
+    if generator is not None:
+        generator.set_state(saved["encoder_generator"])
+    running = None if saved["running"] is None else torch.tensor(saved["running"], dtype=torch.float64,
+                                                                 device=device)
+    return _Progress(saved["step"], saved["losses"], running, saved["seconds"])
+
+
+def _save(checkpoint: Path, fingerprint: dict, net, opt, batches, generator, done: _Progress) -> None:
+    state = dict(fingerprint=fingerprint, step=done.step, net=net.state_dict(), optimizer=opt.state_dict(),
+                 data_generator=batches.generator.get_state(), losses=done.losses,
+                 running=None if done.running is None else done.running.item(),
+                 encoder_generator=None if generator is None else generator.get_state(),
+                 seconds=done.seconds)
+    with atomic_path(checkpoint) as tmp:
+        torch.save(state, tmp)
+
+
+_clock = time.monotonic  # the checkpoints' wall clock (tests replace it)
 
 
 def _train(family, train_supports, net, cfg, progress, name, widths, checkpoint,
-           checkpoint_every) -> TrainResult:
+           checkpoint_seconds, log_every) -> TrainResult:
     device = torch.device(cfg.device)
     batches = family.batches(train_supports, cfg.tasks_per_batch, cfg.samples_per_task, cfg.seed, device)
-    encode = family.encode
     net = net.float().to(device)
-    groups = (decay_parameter_groups(net, cfg.weight_decay) if cfg.decay == "matrices"
-              else [{"params": list(net.parameters()), "weight_decay": cfg.weight_decay}])
-    opt = torch.optim.AdamW(groups, lr=cfg.lr)
-    losses, running, first, spent = [], None, 1, 0.0
-    generator = getattr(encode, "state", {}).get("generator")  # a stochastic encoder's own stream
+    opt = _optimizer(net, cfg)
+    generator = getattr(family.encode, "state", {}).get("generator")  # a stochastic encoder's own stream
     fingerprint = _fingerprint(family, cfg, net, train_supports) if checkpoint is not None else None
-    if checkpoint is not None and checkpoint.exists():
-        saved = torch.load(checkpoint, map_location=device, weights_only=False)
-        if saved["fingerprint"] != fingerprint:
-            raise CheckpointMismatch(f"{checkpoint} belongs to another run (other settings, student or "
-                                     "supports); remove it to start afresh")
-        net.load_state_dict(saved["net"])
-        opt.load_state_dict(saved["optimizer"])
-        batches.generator.set_state(saved["data_generator"].cpu())
-        if generator is not None:
-            generator.set_state(saved["encoder_generator"])
-        losses, running, first, spent = saved["losses"], saved["running"], saved["step"] + 1, saved["seconds"]
+    done = _Progress()
+    if checkpoint is not None:
+        check_checkpoint_space(checkpoint.parent, [net])
+        if checkpoint.exists():
+            done = _resume(checkpoint, fingerprint, net, opt, batches, generator, device)
     bar = progress_bar(cfg.steps, f"train {name}", progress, unit="step")
-    bar.update(first - 1)
-    start = time.perf_counter() - spent
-    for step in range(first, cfg.steps + 1):
-        value = train_step(net, opt, batches(), family.loss)
-        running = value if running is None else 0.98 * running + 0.02 * value
-        if step % max(1, cfg.steps // 100) == 0 or step == cfg.steps:
-            losses.append((step, running))
+    bar.update(done.step)
+    start, saved_at = time.perf_counter() - done.seconds, _clock()
+    for step in range(done.step + 1, cfg.steps + 1):
+        if cfg.schedule != "constant":
+            for group in opt.param_groups:
+                group["lr"] = learning_rate(cfg, step)
+        loss = train_step(net, opt, batches(), family.loss).double()
+        # The running mean in float64 on the device: the same arithmetic as on Python floats.
+        done.running = loss if done.running is None else 0.98 * done.running + 0.02 * loss
+        done.step = step
+        if step % log_every == 0 or step == cfg.steps:
+            running = done.running.item()  # the one host sync of the loop
+            done.losses.append((step, running))
             bar.set_postfix_str(f"loss {running:.2e}", refresh=False)
             bar.update(step - bar.n)
-        if checkpoint is not None and (step % checkpoint_every == 0 or step == cfg.steps):
-            _save_checkpoint(checkpoint, dict(
-                fingerprint=fingerprint, step=step, net=net.state_dict(), optimizer=opt.state_dict(),
-                data_generator=batches.generator.get_state(), losses=losses, running=running,
-                encoder_generator=None if generator is None else generator.get_state(),
-                seconds=time.perf_counter() - start))
+        if checkpoint is not None and (step == cfg.steps or _clock() - saved_at >= checkpoint_seconds):
+            done.seconds = time.perf_counter() - start
+            _save(checkpoint, fingerprint, net, opt, batches, generator, done)
+            saved_at = _clock()
     bar.close()
-    return TrainResult(net=net.to("cpu").double(), widths=list(widths or []), losses=losses,
+    return TrainResult(net=net.to("cpu").double(), widths=list(widths or []), losses=done.losses,
                        seconds=time.perf_counter() - start, config=asdict(cfg))

@@ -51,7 +51,6 @@ SCALES = ("paper", "cpu", "smoke")
 ENGINES = ("ray", "serial")
 # Study parameters that are not verify.sgd flags: an MLP of `depth` layers of `width`.
 SHAPE_PARAMETERS = ("width", "depth")
-CHECKPOINT_EVERY = 1000
 # Parameters that only some students take.
 STUDENT_ONLY = {**dict.fromkeys(("width", "depth", "shapes", "widths", "init"), ("mlp",)),
                 **dict.fromkeys(("d_model", "n_heads", "n_layers"), ("transformer",)),
@@ -333,7 +332,7 @@ def run_one(argv: tuple[str, ...], run_dir: str, device: str = "cpu") -> dict:
     start = time.perf_counter()
     try:
         args = sgd.parse_args([*argv, "--no-progress", "--threads", "1", "--device", device,
-                               "--checkpoint", run_dir, "--checkpoint-every", str(CHECKPOINT_EVERY)])
+                               "--checkpoint", run_dir])
         return dict(status="done", report=sgd.run(args), seconds=time.perf_counter() - start, **code)
     except KeyboardInterrupt:
         raise
