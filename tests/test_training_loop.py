@@ -64,9 +64,9 @@ def test_the_optimiser_steps_with_the_scheduled_rate(teacher, monkeypatch):
     """Each step's AdamW rate is the schedule's, the first one 0 (no update at all)."""
     seen, real = [], train.train_step
 
-    def spy(net, opt, batch, loss_of):
+    def spy(forward, opt, batch, loss_of, autocast=None):
         seen.append(opt.param_groups[0]["lr"])
-        return real(net, opt, batch, loss_of)
+        return real(forward, opt, batch, loss_of, autocast)
 
     monkeypatch.setattr(train, "train_step", spy)
     hyperteacher_run(teacher)
@@ -176,3 +176,42 @@ def test_too_little_disk_for_the_checkpoints_is_refused_before_any_training(monk
     # …and on the library path too, before the first step.
     with pytest.raises(train.CheckpointSpace):
         hyperteacher_run(None, checkpoint=tmp_path / "b.ckpt")
+
+
+def test_the_speed_defaults_keep_the_cpu_as_it_was_and_use_tf32_and_fused_adamw_on_cuda():
+    assert train.Speed.default("cpu") == train.Speed("fp32", compile=False, fused=False)
+    assert train.Speed.default("cuda:1") == train.Speed("tf32", compile=False, fused=True)
+    args = sgd.parse_args([*FAMILY_FLAGS["hyperteacher"], "--shapes", "custom", "--precision", "bf16",
+                           "--fused-adamw"])
+    assert sgd.speed_of(args) == train.Speed("bf16", compile=False, fused=True)
+
+
+def speed_run(speed, steps=6):
+    cfg = TrainConfig(steps=steps, tasks_per_batch=4, samples_per_task=3)
+    family, supports, net = family_and_student()
+    return train.train_student(family, supports, net, cfg, progress=False, log_every=1, speed=speed)
+
+
+def test_bf16_autocast_and_fused_adamw_change_the_rounding_not_the_run():
+    """bf16 carries 8 significant bits: the first loss (before any update) moves by a few
+    parts in 2^8 of itself, not more; fused AdamW only reorders float32 arithmetic."""
+    base = speed_run(train.Speed())
+    bf16 = speed_run(train.Speed(precision="bf16"))
+    fused = speed_run(train.Speed(fused=True))
+    first = base.losses[0][1]
+    assert bf16.losses[0][1] != first and abs(bf16.losses[0][1] - first) <= 4 * 2**-8 * first
+    for a, b in zip(fused.net.parameters(), base.net.parameters(), strict=True):
+        assert torch.allclose(a, b, rtol=1e-5, atol=1e-6)
+    assert fused.config["speed"] == {"precision": "fp32", "compile": False, "fused": True}
+
+
+def test_a_compiled_step_trains_as_the_eager_one():
+    from torch._dynamo.utils import counters
+
+    counters.clear()
+    eager, compiled = speed_run(train.Speed(), steps=4), speed_run(train.Speed(compile=True), steps=4)
+    assert counters["stats"]["unique_graphs"] >= 1  # dynamo really captured the forward
+    assert [s for s, _ in compiled.losses] == [1, 2, 3, 4]
+    assert [v for _, v in compiled.losses] == pytest.approx([v for _, v in eager.losses], rel=1e-5)
+    for a, b in zip(compiled.net.parameters(), eager.net.parameters(), strict=True):
+        assert torch.allclose(a, b, rtol=1e-4, atol=1e-6)

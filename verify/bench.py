@@ -125,7 +125,7 @@ def training_speed(widths: list[int], steps: int, repeats: int, family: str = "h
     import torch
 
     from constructions.tasks.hyperteacher import enumerate_supports
-    from verify.learning.train import mlp, step_macs, train_step
+    from verify.learning.train import forward_of, mlp, step_macs, train_step
 
     f = paper_family(family)
     T, P = 128, f.rows_per_task(16)
@@ -137,7 +137,7 @@ def training_speed(widths: list[int], steps: int, repeats: int, family: str = "h
         start = time.perf_counter()
         batch = batches()
         made = time.perf_counter()
-        train_step(net, opt, batch, f.loss)
+        train_step(forward_of(net), opt, batch, f.loss)
         if i:  # the first step warms up
             data_s.append(made - start)
             step_s.append(time.perf_counter() - start)

@@ -14,6 +14,7 @@ INITS = ("lecun_normal", "torch_default")
 # Which parameters AdamW decays: the paper's mask (matrices only) or every one.
 DECAYS = ("matrices", "all")
 CHECKPOINT_SECONDS = 600.0  # wall-clock time between training checkpoints, not every N steps
+PRECISIONS = ("fp32", "tf32", "bf16")  # how float32 matmuls run in training (verify.learning.train.Speed)
 SCHEDULES = ("constant", "cosine")  # the official run.py's learning-rate schedules
 # How many tasks the measurer takes by default: every support up to this many, else a
 # sample of this many (verify.measure, verify.bound --max-tasks, the exact level tasks).

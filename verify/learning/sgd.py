@@ -17,6 +17,7 @@ violated it, 2 usage error, 3 internal error, 130 interrupted.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import functools
 import sys
@@ -34,7 +35,16 @@ from verify.cli import (
     positive_float,
     positive_int,
 )
-from verify.names import CHECKPOINT_SECONDS, DECAYS, FAMILY_NAMES, INITS, SCHEDULES, SHAPES, STUDENTS
+from verify.names import (
+    CHECKPOINT_SECONDS,
+    DECAYS,
+    FAMILY_NAMES,
+    INITS,
+    PRECISIONS,
+    SCHEDULES,
+    SHAPES,
+    STUDENTS,
+)
 
 # The official sweeps' run (configs/teacher.py, sweeps/*_hyperteacher.yaml): 300k steps of
 # 128 tasks × 16 samples, seeds 1–3, scored on 1,024 tasks a side with 16 samples each.
@@ -139,6 +149,14 @@ def build_parser() -> cli.Parser:
     p.add_argument("--device", default="cpu",
                    help="where training runs: cpu, or cuda / cuda:N where a GPU is present; metrics are "
                         "taken on the CPU in float64 (default cpu)")
+    p.add_argument("--precision", choices=PRECISIONS,
+                   help="float32 matmuls: fp32, tf32 (CUDA's TensorFloat-32, JAX's default on such GPUs, "
+                        "so the paper's) or bf16 (autocast of the forward pass) (default tf32 on cuda, fp32 "
+                        "on cpu)")
+    p.add_argument("--compile", action="store_true",
+                   help="torch.compile the student's forward pass (a minute or so of compiling first)")
+    p.add_argument("--fused-adamw", action=argparse.BooleanOptionalAction,
+                   help="AdamW's fused kernel, one launch a step (default on for cuda, off for cpu)")
     p.add_argument("--paper", action="store_true",
                    help="the paper's run, for a GPU: I=H=O=16, M=16, K=3, a 4×1024 MLP, 300k steps of "
                         "128 tasks × 16 samples, seeds 1 2 3, 1,024 tasks a side; other flags given "
@@ -224,6 +242,8 @@ def parse_args(argv=None):
     args.seeds = list(dict.fromkeys(args.seed))  # a seed given twice runs once
     args.seed = args.seeds[0]
     check_device(args.device)
+    if args.precision == "tf32" and args.device == "cpu":
+        raise UsageError("--precision tf32 is a CUDA matmul mode; on the CPU use fp32 or bf16")
     if args.force and not args.save:
         raise UsageError("--force only applies to --save DIR")
     if args.save:
@@ -279,8 +299,25 @@ FAMILY_ONLY_ENCODINGS = {name: "it shows a task by examples of the teacher's out
 
 # Settings that do not change a run's result, left out of its configuration's key.
 RUNTIME = ("threads", "no_progress", "json", "save", "force", "checkpoint", "checkpoint_minutes", "log_every",
-           "device", "paper", "seeds")
+           "precision", "compile", "fused_adamw", "device", "paper", "seeds")
 DEFAULT_FAMILY = "hyperteacher"
+
+
+def speed_of(args):
+    """The run's Speed: the device's defaults, with what the flags set."""
+    from verify.learning.train import Speed
+
+    default = Speed.default(args.device)
+    return Speed(precision=args.precision or default.precision, compile=args.compile,
+                 fused=default.fused if args.fused_adamw is None else args.fused_adamw)
+
+
+def speed_note(train: dict) -> str:
+    """'' for today's CPU defaults; else how the steps ran (precision, compiled, fused)."""
+    speed = train.get("speed", {})
+    notes = [speed.get("precision", "fp32")] * (speed.get("precision", "fp32") != "fp32")
+    notes += ["compiled"] * bool(speed.get("compile")) + ["fused AdamW"] * bool(speed.get("fused"))
+    return "".join(f", {n}" for n in notes)
 
 
 def schedule_note(train: dict) -> str:
@@ -482,6 +519,7 @@ def run(args) -> dict:
                                                  for side, v in sup.items()}))
             metrics += ref_metrics + ratio_records(reference.name, ref_metrics, None, family.ratio_metrics)
 
+        speed = speed_of(args)
         tc = TrainConfig(steps=args.steps, tasks_per_batch=args.tasks_per_batch,
                          samples_per_task=getattr(args, "samples_per_task", P), lr=args.lr,
                          weight_decay=args.weight_decay, seed=args.seed, device=args.device, init=args.init,
@@ -494,7 +532,7 @@ def run(args) -> dict:
                 result = train_student(family, split.train, net, tc, progress=progress, threads=args.threads,
                                        name=label, widths=widths, checkpoint=ckpt,
                                        checkpoint_seconds=60 * args.checkpoint_minutes,
-                                       log_every=args.log_every)
+                                       log_every=args.log_every, speed=speed)
             except CheckpointMismatch as e:
                 raise UsageError(f"--checkpoint: {e}") from None
             # The paper probes MLPs and transformers, not hypernetworks (run.py).
@@ -512,7 +550,7 @@ def run(args) -> dict:
     within = (None if reference is None else
               bool(rows[0]["within_certificate"]["train"] and rows[0]["within_certificate"]["held_out"]))
     report = dict(family=family.name, task=family.config(), encoding=args.encoding, student=args.student,
-                  split=split.summary(), train=asdict(tc),
+                  split=split.summary(), train={**asdict(tc), "speed": asdict(speed)},
                   evaluation=dict(tasks_per_side=args.eval_tasks, rows_per_task=family.rows_per_task(
                       getattr(args, "eval_samples", 0)), extra_active_modules=extra_sides(args)),
                   rows=rows, metrics=as_dicts(metrics), construction_within_certificate=within,
@@ -551,7 +589,7 @@ def format_report(r: dict) -> str:
     lines = [f"{family.name} {settings} encoding={r['encoding']} seed={task['seed']}",
              f"split    {s['name']}: {s['n_train']} training supports, {s['n_test']} held out",
              f"training {r['student']}, AdamW lr={tr['lr']:g}{schedule_note(tr)} wd={tr['weight_decay']:g} "
-             f"({tr['decay']}), init {tr['init']}, {tr['steps']} steps "
+             f"({tr['decay']}), init {tr['init']}{speed_note(tr)}, {tr['steps']} steps "
              f"of {tr['tasks_per_batch']} tasks × {family.rows_of(tr['samples_per_task'], task)} rows",
              f"scored   {ev['tasks_per_side']} tasks a side; {family.scored_note}"
              + ("; k=j: tasks with j active modules, more than any training task has" if extra else ""),

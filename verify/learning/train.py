@@ -12,6 +12,7 @@ the paper's, and 2–3× faster on a CPU); every metric evaluates a float64 copy
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import shutil
 import time
@@ -28,7 +29,7 @@ from verify.cli import progress as progress_bar
 from verify.learning.families import Batch, HyperteacherFamily, TaskFamily
 from verify.learning.metrics import apply_tasks, encoding_dim
 from verify.learning.students import decay_parameter_groups, mlp_student
-from verify.names import CHECKPOINT_SECONDS, DECAYS, INITS, SCHEDULES, SHAPES  # noqa: F401  (re-exported)
+from verify.names import CHECKPOINT_SECONDS, DECAYS, INITS, PRECISIONS, SCHEDULES, SHAPES  # noqa: F401  (re-exported)
 
 
 @dataclass(frozen=True)
@@ -44,6 +45,37 @@ class TrainConfig:
     decay: str = "matrices"  # the paper's mask; "all" decays biases and norms too
     schedule: str = "constant"  # the paper's configs; "cosine" is the official run.py's other schedule
     warmup_steps: int = 1000  # cosine only, as in run.py (its constant schedule has no warmup)
+
+
+@dataclass(frozen=True)
+class Speed:
+    """How a step runs, not what it computes (up to rounding): the float32 matmuls' precision
+    (`fp32`; `tf32`, CUDA's TensorFloat-32, which is also JAX's default for float32 matmuls on
+    such GPUs and so the paper's; `bf16`, autocast of the forward pass to bfloat16),
+    torch.compile of the student, and AdamW's fused CUDA kernel. The defaults keep every
+    number on the CPU as before; on CUDA they follow what the paper's JAX runs did (TF32),
+    with one fused optimizer kernel instead of one launch per tensor."""
+
+    precision: str = "fp32"
+    compile: bool = False
+    fused: bool = False
+
+    @classmethod
+    def default(cls, device: str) -> Speed:
+        cuda = torch.device(device).type == "cuda"
+        return cls(precision="tf32" if cuda else "fp32", fused=cuda)
+
+
+@contextlib.contextmanager
+def matmul_precision(speed: Speed):
+    """TF32 matmuls for the block under `tf32` ('high' lets CUDA use TensorFloat-32), and
+    the previous setting restored afterwards."""
+    previous = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision("high" if speed.precision == "tf32" else "highest")
+    try:
+        yield
+    finally:
+        torch.set_float32_matmul_precision(previous)
 
 
 @dataclass
@@ -146,7 +178,7 @@ def train_student(family: TaskFamily, train_supports: np.ndarray, net: nn.Module
                   cfg: TrainConfig, progress: bool | None = None, threads: int | None = None,
                   name: str = "student", widths: list[int] | None = None,
                   checkpoint: Path | None = None, checkpoint_seconds: float = CHECKPOINT_SECONDS,
-                  log_every: int | None = None) -> TrainResult:
+                  log_every: int | None = None, speed: Speed | None = None) -> TrainResult:
     """Fit any student (an MLP, or one with forward_tasks: verify.learning.students) by AdamW
     on the family's loss; each step draws fresh tasks from the training supports (and fresh
     x, or fresh episodes), so the only thing held out is which module combinations are seen.
@@ -160,13 +192,17 @@ def train_student(family: TaskFamily, train_supports: np.ndarray, net: nn.Module
     wall-clock time have passed since the last save, and at the end; a run that finds one
     resumes from it, and the result is the one an uninterrupted run gives. A checkpoint
     written on another kind of device is refused: the data generator's state is not
-    portable between CPU and CUDA."""
+    portable between CPU and CUDA.
+
+    `speed` (default Speed.default(cfg.device)) sets the matmul precision, autocast,
+    torch.compile and fused AdamW; it is recorded in the result's config."""
     check_config(cfg)
+    speed = speed or Speed.default(cfg.device)
     P = family.rows_per_task(cfg.samples_per_task)
     log_every = log_every or max(1, cfg.steps // 100)
-    with threads_for(step_macs(net, cfg.tasks_per_batch, P), cfg.device, threads):
+    with threads_for(step_macs(net, cfg.tasks_per_batch, P), cfg.device, threads), matmul_precision(speed):
         return _train(family, train_supports, net, cfg, progress, name, widths,
-                      None if checkpoint is None else Path(checkpoint), checkpoint_seconds, log_every)
+                      None if checkpoint is None else Path(checkpoint), checkpoint_seconds, log_every, speed)
 
 
 def check_config(cfg: TrainConfig) -> None:
@@ -220,20 +256,33 @@ def _fingerprint(family: TaskFamily, cfg: TrainConfig, net: nn.Module, train_sup
                 supports=hashlib.sha256(np.ascontiguousarray(train_supports, dtype=np.int64)).hexdigest())
 
 
-def train_step(net: nn.Module, opt: torch.optim.Optimizer, batch: Batch, loss_of) -> torch.Tensor:
-    """One AdamW step on the family's loss of a batch; returns the loss, detached, where it
-    was computed (reading it would sync with the device)."""
-    loss = loss_of(apply_tasks(net, batch.e, batch.x), batch)
+def train_step(forward, opt: torch.optim.Optimizer, batch: Batch, loss_of,
+               autocast: torch.dtype | None = None) -> torch.Tensor:
+    """One AdamW step on the family's loss of a batch, for a student's `forward(e, x)` (see
+    forward_of); returns the loss, detached, where it was computed (reading it would sync
+    with the device). With `autocast` the forward pass runs in that dtype where torch allows
+    it; the loss is taken in float32."""
+    with torch.autocast(batch.x.device.type, dtype=autocast, enabled=autocast is not None):
+        pred = forward(batch.e, batch.x)
+    loss = loss_of(pred.float(), batch)
     opt.zero_grad(set_to_none=True)
     loss.backward()
     opt.step()
     return loss.detach()
 
 
-def _optimizer(net: nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
+def forward_of(net: nn.Module, compile: bool = False):
+    """The student's predictions (T, P, O) from (e, x), compiled with torch.compile if asked
+    (the function, not the module: the module and its state_dict stay as they are)."""
+    forward = functools.partial(apply_tasks, net)
+    return torch.compile(forward) if compile else forward
+
+
+def _optimizer(net: nn.Module, cfg: TrainConfig, fused: bool = False) -> torch.optim.Optimizer:
     groups = (decay_parameter_groups(net, cfg.weight_decay) if cfg.decay == "matrices"
               else [{"params": list(net.parameters()), "weight_decay": cfg.weight_decay}])
-    return torch.optim.AdamW(groups, lr=cfg.lr)
+    # fused=None leaves torch its own choice (foreach, or one tensor at a time): today's numbers.
+    return torch.optim.AdamW(groups, lr=cfg.lr, fused=fused or None)
 
 
 @dataclass
@@ -279,11 +328,13 @@ _clock = time.monotonic  # the checkpoints' wall clock (tests replace it)
 
 
 def _train(family, train_supports, net, cfg, progress, name, widths, checkpoint,
-           checkpoint_seconds, log_every) -> TrainResult:
+           checkpoint_seconds, log_every, speed) -> TrainResult:
     device = torch.device(cfg.device)
     batches = family.batches(train_supports, cfg.tasks_per_batch, cfg.samples_per_task, cfg.seed, device)
     net = net.float().to(device)
-    opt = _optimizer(net, cfg)
+    opt = _optimizer(net, cfg, speed.fused)
+    forward = forward_of(net, speed.compile)
+    autocast = torch.bfloat16 if speed.precision == "bf16" else None
     generator = getattr(family.encode, "state", {}).get("generator")  # a stochastic encoder's own stream
     fingerprint = _fingerprint(family, cfg, net, train_supports) if checkpoint is not None else None
     done = _Progress()
@@ -298,7 +349,7 @@ def _train(family, train_supports, net, cfg, progress, name, widths, checkpoint,
         if cfg.schedule != "constant":
             for group in opt.param_groups:
                 group["lr"] = learning_rate(cfg, step)
-        loss = train_step(net, opt, batches(), family.loss).double()
+        loss = train_step(forward, opt, batches(), family.loss, autocast).double()
         # The running mean in float64 on the device: the same arithmetic as on Python floats.
         done.running = loss if done.running is None else 0.98 * done.running + 0.02 * loss
         done.step = step
@@ -313,4 +364,4 @@ def _train(family, train_supports, net, cfg, progress, name, widths, checkpoint,
             saved_at = _clock()
     bar.close()
     return TrainResult(net=net.to("cpu").double(), widths=list(widths or []), losses=done.losses,
-                       seconds=time.perf_counter() - start, config=asdict(cfg))
+                       seconds=time.perf_counter() - start, config={**asdict(cfg), "speed": asdict(speed)})
