@@ -17,6 +17,10 @@ be put in front of different teachers (the official code draws it from the teach
 Every encoder is a fixed map once built except `fewshot`, which, as in the paper, shows
 each task at fresh random inputs on every call (`stochastic`). Inputs and outputs are
 float64 torch tensors with tasks as rows.
+
+Every encoder runs where z lives: its fixed tensors are copied to z's device on the first
+call there and kept (`_PerDevice`), so that encoding a training batch on an accelerator
+copies nothing to or from the host. On the CPU the numbers are the same as they always were.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from itertools import pairwise
+from types import SimpleNamespace
 
 import numpy as np
 import torch
@@ -83,6 +88,14 @@ class TaskEncoder:
             raise ValueError(f"e must have shape (B, {self.dim}), got {tuple(e.shape)}")
         return self.decode(e)
 
+    def generator_on(self, device) -> torch.Generator | None:
+        """The random stream a stochastic encoder (`fewshot`) draws from on `device`, made
+        there if it has not drawn there yet: `state["generator"]` on the CPU, another on
+        another device. None for the fixed maps."""
+        if "generators" not in self.state:
+            return None
+        return _generator_on(self.state["generators"], self.state["seed"], torch.device(device))
+
 
 def make_encoder(name: str, teacher: Hyperteacher, seed: int = 0, **options) -> TaskEncoder:
     """The encoder `name` for tasks of `teacher`, its random parts drawn from `seed`.
@@ -106,6 +119,50 @@ def _t(arr) -> torch.Tensor:
     return torch.as_tensor(np.asarray(arr), dtype=torch.float64)
 
 
+_CPU = torch.device("cpu")
+
+
+class _PerDevice:
+    """An encoder's fixed tensors, one copy per device: the CPU ones as built, and on another
+    device (an accelerator, in training) a copy made on its first use there and kept, so
+    that later calls copy nothing from the host. `on(device)` gives them as attributes."""
+
+    def __init__(self, **tensors):
+        self._copies = {_CPU: SimpleNamespace(**tensors)}
+
+    def on(self, device: torch.device) -> SimpleNamespace:
+        if device not in self._copies:
+            self._copies[device] = SimpleNamespace(**_to(vars(self._copies[_CPU]), device))
+        return self._copies[device]
+
+
+def _to(tree, device):
+    """Every tensor in nested dicts, lists and tuples, moved to `device`."""
+    if torch.is_tensor(tree):
+        return tree.to(device)
+    if isinstance(tree, dict):
+        return {k: _to(v, device) for k, v in tree.items()}
+    if isinstance(tree, (list, tuple)):
+        return type(tree)(_to(v, device) for v in tree)
+    return tree
+
+
+def _refuse(bad: torch.Tensor, message: str) -> None:
+    """ValueError(message) where the 0-d bool tensor `bad` is true.
+
+    On the CPU it is read here. On another device reading it would make the host wait for
+    the device every call, so the device checks it itself (torch._assert_async) and the
+    call goes on: a failure there surfaces later, as a device-side assert that ends the
+    process, not as a ValueError. Training's tasks never trip it (weights in [0, 1], at
+    most K modules), so there it costs nothing.
+    """
+    if bad.device == _CPU:
+        if bad:
+            raise ValueError(message)
+    else:
+        torch._assert_async(~bad, message)
+
+
 def _identity(teacher, rng) -> TaskEncoder:
     """e(z) = z."""
     return TaskEncoder("identity", teacher.M, teacher.M, True, encode=lambda z: z, decode=lambda e: e)
@@ -123,9 +180,9 @@ def _orthogonal(teacher, rng) -> TaskEncoder:
     else:
         Q, R = np.linalg.qr(rng.standard_normal((teacher.M, teacher.M)))
         Q = Q * np.sign(np.diag(R))
-    Qt = _t(Q)
-    return TaskEncoder("orthogonal", teacher.M, teacher.M, True, encode=lambda z: z @ Qt.T,
-                       decode=lambda e: e @ Qt, state=dict(Q=Q))
+    fixed = _PerDevice(Q=_t(Q))
+    return TaskEncoder("orthogonal", teacher.M, teacher.M, True, encode=lambda z: z @ fixed.on(z.device).Q.T,
+                       decode=lambda e: e @ fixed.on(e.device).Q, state=dict(Q=Q))
 
 
 def _interval_shuffle(teacher, rng, n_intervals: int) -> TaskEncoder:
@@ -144,7 +201,6 @@ def _interval_shuffle(teacher, rng, n_intervals: int) -> TaskEncoder:
     if n < 1:
         raise ValueError(f"n_intervals must be a positive integer, got {n_intervals!r}")
     perm = rng.permutation(n)
-    pi, pi_inv = torch.as_tensor(perm), torch.as_tensor(np.argsort(perm))
     # Interval starts, and the largest float below each interval's end. The interval of v
     # is found by comparison with the starts, never by floor(v·n), whose rounding can put
     # a value just below a boundary in the next interval; and the moved value is kept
@@ -153,20 +209,19 @@ def _interval_shuffle(teacher, rng, n_intervals: int) -> TaskEncoder:
     starts = torch.arange(n, dtype=torch.float64) / n
     last_below = torch.nextafter(torch.cat([starts[1:], torch.ones(1, dtype=torch.float64)]),
                                  torch.zeros(1, dtype=torch.float64))
+    fixed = _PerDevice(pi=torch.as_tensor(perm), pi_inv=torch.as_tensor(np.argsort(perm)), starts=starts,
+                       last_below=last_below)
 
-    def shuffle(v, table):
-        if ((v < 0) | (v > 1)).any():
-            raise ValueError("interval_shuffle is defined on [0, 1]")
-        k = torch.searchsorted(starts, v.contiguous(), right=True) - 1
-        j = table[k]
-        moved = torch.minimum(starts[j] + (v - starts[k]), last_below[j])
+    def shuffle(v, inverse: bool):
+        _refuse(((v < 0) | (v > 1)).any(), "interval_shuffle is defined on [0, 1]")
+        c = fixed.on(v.device)
+        k = torch.searchsorted(c.starts, v.contiguous(), right=True) - 1
+        j = (c.pi_inv if inverse else c.pi)[k]
+        moved = torch.minimum(c.starts[j] + (v - c.starts[k]), c.last_below[j])
         return torch.where(v == 1.0, v, moved)
 
-    def decode(e):
-        return shuffle(e, pi_inv)
-
     return TaskEncoder("interval_shuffle", teacher.M, teacher.M, False,
-                       encode=lambda z: shuffle(z, pi), decode=decode,
+                       encode=lambda z: shuffle(z, False), decode=lambda e: shuffle(e, True),
                        state=dict(permutation=perm, n_intervals=n))
 
 
@@ -189,7 +244,7 @@ def _invertible_nn(teacher, rng, n_layers: int, width_factor: float, init_scale:
     dims = [n_keep, width, width, 2 * n_move]  # the last layer gives log s and t
     layers = [[(rng.standard_normal((a, b)) * init_scale, np.zeros(b)) for a, b in pairwise(dims)]
               for _ in range(int(n_layers))]
-    params = [[(_t(w), _t(b)) for w, b in layer] for layer in layers]
+    fixed = _PerDevice(params=[[(_t(w), _t(b)) for w, b in layer] for layer in layers])
 
     def conditioner(layer, x_a):
         h = x_a
@@ -201,7 +256,7 @@ def _invertible_nn(teacher, rng, n_layers: int, width_factor: float, init_scale:
 
     def encode(z):
         x = z
-        for i, layer in enumerate(params):
+        for i, layer in enumerate(fixed.on(z.device).params):
             x = x.flip(1) if i % 2 else x
             s, t = conditioner(layer, x[:, :n_keep])
             x = torch.cat([x[:, :n_keep], x[:, n_keep:] * s + t], 1)
@@ -209,7 +264,7 @@ def _invertible_nn(teacher, rng, n_layers: int, width_factor: float, init_scale:
         return x
 
     def decode(e):
-        y = e
+        y, params = e, fixed.on(e.device).params
         for i in reversed(range(len(params))):
             y = y.flip(1) if i % 2 else y
             s, t = conditioner(params[i], y[:, :n_keep])  # x_a passes through unchanged
@@ -244,7 +299,7 @@ def _invertible_nn_tanh(teacher, rng, n_layers: int, hidden: int, s_scale: float
             W1=rng.standard_normal((n_in, hidden)) / np.sqrt(max(n_in, 1)), b1=rng.standard_normal(hidden),
             Ws=rng.standard_normal((hidden, n_out)) / np.sqrt(hidden), bs=rng.standard_normal(n_out) * 0.1,
             Wt=rng.standard_normal((hidden, n_out)) / np.sqrt(hidden), bt=rng.standard_normal(n_out) * 0.1))
-    params = [{k: _t(v) for k, v in p.items()} for p in layers]
+    fixed = _PerDevice(params=[{k: _t(v) for k, v in p.items()} for p in layers])
 
     def coupling(p, x_a):
         h = torch.tanh(x_a @ p["W1"] + p["b1"])
@@ -252,7 +307,7 @@ def _invertible_nn_tanh(teacher, rng, n_layers: int, hidden: int, s_scale: float
 
     def encode(z):
         x = z
-        for layer, p in enumerate(params):
+        for layer, p in enumerate(fixed.on(z.device).params):
             x_a, x_b = (x[:, :half], x[:, half:]) if layer % 2 == 0 else (x[:, half:], x[:, :half])
             s, t = coupling(p, x_a)
             y_b = x_b * torch.exp(s) + t
@@ -260,7 +315,7 @@ def _invertible_nn_tanh(teacher, rng, n_layers: int, hidden: int, s_scale: float
         return x
 
     def decode(e):
-        y = e
+        y, params = e, fixed.on(e.device).params
         for layer in reversed(range(len(params))):
             y_a, y_b = (y[:, :half], y[:, half:]) if layer % 2 == 0 else (y[:, half:], y[:, :half])
             s, t = coupling(params[layer], y_a)
@@ -284,11 +339,11 @@ def _tokens(teacher, rng) -> TaskEncoder:
     R² = 1 (pinned by the tests). Piecewise constant in z, so not differentiable.
     """
     M = teacher.M
-    index = torch.arange(1, M + 1, dtype=torch.float64)
+    fixed = _PerDevice(index=torch.arange(1, M + 1, dtype=torch.float64))
 
     def encode(z):
         weight = torch.trunc(10 * z) + M + 1
-        return torch.stack([index.expand_as(z), weight], dim=2).reshape(len(z), 2 * M)
+        return torch.stack([fixed.on(z.device).index.expand_as(z), weight], dim=2).reshape(len(z), 2 * M)
 
     return TaskEncoder("tokens", M, 2 * M, False, encode=encode)
 
@@ -305,12 +360,12 @@ def _tokens_sparse(teacher, rng) -> TaskEncoder:
     linear in z: the best affine fit from e(z) back to z has R² ≈ 0.09 (the paper's ≈ 1).
     """
     M, K = teacher.M, teacher.K
-    order_key = torch.arange(M, dtype=torch.float64)
+    fixed = _PerDevice(order_key=torch.arange(M, dtype=torch.float64))
 
     def encode(z):
         active = z != 0
-        if (active.sum(1) > K).any():
-            raise ValueError(f"tokens encode at most K = {K} active modules per task")
+        _refuse((active.sum(1) > K).any(), f"tokens encode at most K = {K} active modules per task")
+        order_key = fixed.on(z.device).order_key
         # Inactive modules sort after all active ones; among each group by index.
         idx = torch.argsort(torch.where(active, order_key, order_key + M), dim=1)[:, :K]
         valid = torch.gather(active, 1, idx)
@@ -331,21 +386,47 @@ def _fewshot(teacher, rng, n_shots: int) -> TaskEncoder:
     the encoder is `stochastic`, not a function of z; its draws come from one generator
     seeded by `seed`, so a fresh encoder with the same seed repeats the same sequence.
     g is `teacher.forward` on the raw latent z (the official `sample_from_latent`).
+
+    The inputs are drawn where z lives. On the CPU from `state["generator"]`, the stream a
+    checkpoint saves and restores. On another device from a generator of that device,
+    made on its first use there from the same seed (`state["generators"]`; `generator_on`
+    gives it): a stream of its own, which differs from the CPU's (another algorithm), so the
+    same seed gives other inputs on an accelerator than on the CPU, the same ones run after
+    run on one device.
     """
     n = int(n_shots)
     if n < 1:
         raise ValueError(f"n_shots must be a positive integer, got {n_shots!r}")
     I, O = teacher.I, teacher.O
-    gen = torch.Generator().manual_seed(int(rng.integers(2**63)))
+    seed = int(rng.integers(2**63))
+    gen = torch.Generator().manual_seed(seed)
+    generators = {_CPU: gen}
 
     def encode(z):
         B = len(z)
-        x = torch.rand((B * n, I), generator=gen, dtype=torch.float64) * 2 - 1
+        x = torch.rand((B * n, I), generator=_generator_on(generators, seed, z.device), dtype=torch.float64,
+                       device=z.device)
+        x = x * 2 - 1
         y = teacher.forward(z.repeat_interleave(n, dim=0), x)
         return torch.cat([x.reshape(B, n * I), y.reshape(B, n * O)], dim=1)
 
     return TaskEncoder("fewshot", teacher.M, n * (I + O), True, encode=encode,
-                       state=dict(generator=gen), stochastic=True)
+                       state=dict(generator=gen, generators=generators, seed=seed), stochastic=True)
+
+
+def _generator_on(generators: dict, seed: int, device: torch.device) -> torch.Generator:
+    """generators[device], made from `seed` on first use. A device named without its index
+    ("cuda") is the current one ("cuda:0"), the device its tensors land on."""
+    if device.type != "cpu" and device.index is None:
+        device = torch.empty(0, device=device).device
+    if device not in generators:
+        generators[device] = _device_generator(device, seed)
+    return generators[device]
+
+
+def _device_generator(device: torch.device, seed: int) -> torch.Generator:
+    """A generator on `device` (not the CPU), seeded with `seed`."""
+    return torch.Generator(device=device).manual_seed(seed)
 
 
 def _fewshot_fixed_x(teacher, rng, n_shots: int) -> TaskEncoder:
@@ -361,10 +442,10 @@ def _fewshot_fixed_x(teacher, rng, n_shots: int) -> TaskEncoder:
     if n < 1:
         raise ValueError(f"n_shots must be a positive integer, got {n_shots!r}")
     xs = rng.uniform(-1.0, 1.0, size=(n, teacher.I))
-    x_t = _t(xs)
+    fixed = _PerDevice(x=_t(xs))
 
     def encode(z):
-        B = len(z)
+        B, x_t = len(z), fixed.on(z.device).x
         y = teacher.forward(z.repeat_interleave(n, dim=0), x_t.repeat(B, 1)).reshape(B, n, teacher.O)
         return torch.cat([x_t.expand(B, n, teacher.I), y], dim=2).reshape(B, n * (teacher.I + teacher.O))
 

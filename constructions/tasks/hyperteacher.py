@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -50,7 +50,8 @@ class TeacherBase:
     weights and encoding, the sizes read off the arrays, and teacher.npz's common entries.
 
     A subclass (a frozen, keyword-only dataclass) adds its modules' arrays and names their
-    weight arrays, first layer first, in `_layer_weights`.
+    weight arrays, first layer first, in `_layer_weights`, and the arrays its forward reads
+    in `_forward_arrays`.
     """
 
     A: np.ndarray  # (H, O)
@@ -58,9 +59,33 @@ class TeacherBase:
     weights: str = "discrete"
     encoding: str = "identity"
     Q: np.ndarray | None = None  # (M, M) orthogonal, e(z) = Q z
+    # The forward's arrays as tensors, one set per (device, dtype) they were asked for (see
+    # `tensors`). Not a parameter: left out of __init__, repr and ==; a replace() starts empty.
+    _tensors: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def _layer_weights(self) -> tuple[np.ndarray, ...]:
         raise NotImplementedError
+
+    def _forward_arrays(self) -> dict:
+        """{name: array, or tuple of arrays}: what `tensors` converts."""
+        raise NotImplementedError
+
+    def tensors(self, like: torch.Tensor) -> dict:
+        """The forward's arrays (and Q, if any) as tensors of `like`'s dtype on its device.
+
+        Made on the first call for that (device, dtype) and kept, so that a training step on
+        an accelerator copies nothing from the host. On the CPU in float64 they share the
+        arrays' memory (torch.as_tensor), as the per-call conversion did before.
+        """
+        key = (like.device, like.dtype)
+        if key not in self._tensors:
+            def convert(a):
+                return torch.as_tensor(a, dtype=like.dtype, device=like.device)
+
+            arrays = dict(self._forward_arrays(), **({} if self.Q is None else {"Q": self.Q}))
+            self._tensors[key] = {name: tuple(map(convert, a)) if isinstance(a, tuple) else convert(a)
+                                  for name, a in arrays.items()}
+        return self._tensors[key]
 
     M = property(lambda self: self._layer_weights()[0].shape[0], doc="number of modules")
     I = property(lambda self: self._layer_weights()[0].shape[1], doc="input size")
@@ -75,6 +100,8 @@ class TeacherBase:
         return n_supports(self.M, self.K)
 
     def encode(self, z):
+        if self.Q is not None and torch.is_tensor(z):
+            return z @ self.tensors(z)["Q"].T  # Q where z lives, as `encode` computes it
         return encode(self.Q, z)
 
     def _save_npz(self, path, first: dict | None = None, after_K: dict | None = None,
@@ -104,12 +131,14 @@ class Hyperteacher(TeacherBase):
     def _layer_weights(self) -> tuple[np.ndarray, ...]:
         return (self.W,)
 
+    def _forward_arrays(self) -> dict:
+        return dict(W=self.W, b=self.b, A=self.A)
+
     def forward(self, z: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-        """g(x, z) for rows of z (B, M) and x (B, I), on x's device; differentiable in both."""
-        like = dict(dtype=x.dtype, device=x.device)
-        W = torch.as_tensor(self.W, **like).reshape(self.M, -1)
-        b = torch.as_tensor(self.b, **like)
-        A = torch.as_tensor(self.A, **like)
+        """g(x, z) for rows of z (B, M) and x (B, I), on x's device and in its dtype (the
+        teacher's arrays are kept there: `tensors`); differentiable in both."""
+        arrays = self.tensors(x)
+        W, b, A = arrays["W"].reshape(self.M, -1), arrays["b"], arrays["A"]
         z_tilde = z / math.sqrt(self.K)
         W_z = (z_tilde @ W).reshape(-1, self.I, self.H)
         hidden = torch.relu(torch.einsum("bi,bih->bh", x, W_z) + z_tilde @ b)

@@ -29,6 +29,9 @@ class MultiLayerHyperteacher(TeacherBase):
     def _layer_weights(self) -> tuple[np.ndarray, ...]:
         return self.Ws
 
+    def _forward_arrays(self) -> dict:
+        return dict(Ws=self.Ws, bs=self.bs, A=self.A)
+
     @property
     def L(self) -> int:
         return len(self.Ws)
@@ -52,19 +55,19 @@ class MultiLayerHyperteacher(TeacherBase):
         return (self.I,) + tuple(W.shape[2] for W in self.Ws)
 
     def activations(self, z: torch.Tensor, x: torch.Tensor) -> list[torch.Tensor]:
-        """[h¹, ..., h^L] for rows of z (B, M) and x (B, I)."""
+        """[h¹, ..., h^L] for rows of z (B, M) and x (B, I), on x's device and in its dtype."""
+        arrays = self.tensors(x)  # the arrays, kept where x lives
         z_tilde = z / math.sqrt(self.K)
         h, out = x, []
-        for W, b in zip(self.Ws, self.bs, strict=True):
-            W_t = torch.as_tensor(W, dtype=x.dtype)
-            W_z = (z_tilde @ W_t.reshape(self.M, -1)).reshape(-1, W.shape[1], W.shape[2])
-            h = torch.relu(torch.einsum("bi,bih->bh", h, W_z) + z_tilde @ torch.as_tensor(b, dtype=x.dtype))
+        for W, b in zip(arrays["Ws"], arrays["bs"], strict=True):
+            W_z = (z_tilde @ W.reshape(self.M, -1)).reshape(-1, W.shape[1], W.shape[2])
+            h = torch.relu(torch.einsum("bi,bih->bh", h, W_z) + z_tilde @ b)
             out.append(h)
         return out
 
     def forward(self, z: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-        """g(x, z); differentiable in both."""
-        return self.activations(z, x)[-1] @ torch.as_tensor(self.A, dtype=x.dtype)
+        """g(x, z), on x's device and in its dtype; differentiable in both."""
+        return self.activations(z, x)[-1] @ self.tensors(x)["A"]
 
     def save_npz(self, path) -> None:
         layers = {}

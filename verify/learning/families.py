@@ -93,10 +93,11 @@ class TaskDraw:
 
 
 def encode_on(encode, z: torch.Tensor) -> torch.Tensor:
-    """e(z) where z lives: `identity` needs no call; other encoders run on the CPU."""
+    """e(z) where z lives: every encoder runs on z's device (constructions.tasks.encodings),
+    so nothing crosses to the host; `identity` needs no call at all."""
     if getattr(encode, "name", None) == "identity":
         return z
-    return encode(z.cpu()).to(z.device)
+    return encode(z)
 
 
 def eval_latents(supports: np.ndarray, n_tasks: int, weights: str, M: int,
@@ -197,8 +198,8 @@ class HyperteacherBatches:
     """Training batches made where training runs, in torch, from one generator on that
     device: supports drawn uniformly (with replacement) from the training ones, their
     weights, x uniform on [-1, 1]^I, and the teacher's targets, in float64 (cast to float32
-    for the step). Nothing crosses to the host but the encoder's input when the encoder
-    is a CPU one (z, T×M numbers a step); `identity` needs no encoder call at all."""
+    for the step). Nothing crosses to the host: the encoder runs on the device (encode_on),
+    and the teacher keeps its arrays there (Hyperteacher.tensors, made on the first batch)."""
 
     def __init__(self, teacher, encode, train_supports: np.ndarray, T: int, P: int, seed: int,
                  device: torch.device):
@@ -326,7 +327,8 @@ PROBE_MAX_BYTES = 2**30  # probe the construction through its dense form only up
 class PreferenceBatches:
     """Training batches of demonstrated episodes, made on the training device: tasks drawn
     as the hyperteacher's (TaskDraw), start states, then the demonstrator (value iteration
-    and greedy rollout, constructions.tasks.preference), all in torch from one generator."""
+    and greedy rollout, constructions.tasks.preference), all in torch from one generator;
+    the encoder, too, runs on the device (encode_on)."""
 
     def __init__(self, world, encode, train_supports: np.ndarray, T: int, seed: int, device: torch.device):
         self.world, self.encode, self.T, self.device = world, encode, T, device
