@@ -134,9 +134,9 @@ def test_the_loss_curve_is_the_same_whatever_the_logging(teacher):
 
 def saves_of(teacher, monkeypatch, tmp_path, seconds, steps=12):
     """The steps after which a run saves its checkpoint, under a clock that ticks 1 s a reading."""
-    ticks, saved, real = iter(range(10**6)), [], train._save
+    ticks, saved, real = iter(range(10**6)), [], train.save_checkpoint
     monkeypatch.setattr(train, "_clock", lambda: next(ticks))
-    monkeypatch.setattr(train, "_save", lambda *a: (saved.append(a[-1].step), real(*a)))
+    monkeypatch.setattr(train, "save_checkpoint", lambda *a: (saved.append(a[-1].step), real(*a)))
     cfg = TrainConfig(steps=steps, tasks_per_batch=4, samples_per_task=3)
     hyperteacher_run(teacher, cfg, checkpoint=tmp_path / f"{seconds}.ckpt", checkpoint_seconds=seconds)
     return saved

@@ -246,7 +246,7 @@ def device_kind(device: str) -> str:
     return torch.device(device).type
 
 
-def _fingerprint(family: TaskFamily, cfg: TrainConfig, net: nn.Module, train_supports: np.ndarray) -> dict:
+def fingerprint_of(family: TaskFamily, cfg: TrainConfig, net: nn.Module, train_supports: np.ndarray) -> dict:
     """What a checkpoint must match to be resumed: the family and its settings, the training
     settings, the kind of device, the student's parameter shapes and the training supports."""
     return dict(family=family.name, task=family.config(),
@@ -278,7 +278,7 @@ def forward_of(net: nn.Module, compile: bool = False):
     return torch.compile(forward) if compile else forward
 
 
-def _optimizer(net: nn.Module, cfg: TrainConfig, fused: bool = False) -> torch.optim.Optimizer:
+def optimizer_of(net: nn.Module, cfg: TrainConfig, fused: bool = False) -> torch.optim.Optimizer:
     groups = (decay_parameter_groups(net, cfg.weight_decay) if cfg.decay == "matrices"
               else [{"params": list(net.parameters()), "weight_decay": cfg.weight_decay}])
     # fused=None leaves torch its own choice (foreach, or one tensor at a time): today's numbers.
@@ -286,7 +286,7 @@ def _optimizer(net: nn.Module, cfg: TrainConfig, fused: bool = False) -> torch.o
 
 
 @dataclass
-class _Progress:
+class RunProgress:
     """Where a run is: the last step done, its loss curve and running loss (a float64
     tensor on the device; None before the first step) and the seconds spent so far."""
     step: int = 0
@@ -295,7 +295,9 @@ class _Progress:
     seconds: float = 0.0
 
 
-def _resume(checkpoint: Path, fingerprint: dict, net, opt, batches, generator, device) -> _Progress:
+def resume(checkpoint: Path, fingerprint: dict, net, opt, batches, generator, device) -> RunProgress:
+    """Load a run's checkpoint into its student, optimizer and random streams; CheckpointMismatch
+    if another run (or another kind of device) wrote it."""
     saved = torch.load(checkpoint, map_location=device, weights_only=False)
     if saved["fingerprint"].get("device", "cpu") != fingerprint["device"]:
         raise CheckpointMismatch(f"{checkpoint} was written on {saved['fingerprint'].get('device', 'cpu')}; "
@@ -311,17 +313,26 @@ def _resume(checkpoint: Path, fingerprint: dict, net, opt, batches, generator, d
         generator.set_state(saved["encoder_generator"])
     running = None if saved["running"] is None else torch.tensor(saved["running"], dtype=torch.float64,
                                                                  device=device)
-    return _Progress(saved["step"], saved["losses"], running, saved["seconds"])
+    return RunProgress(saved["step"], saved["losses"], running, saved["seconds"])
 
 
-def _save(checkpoint: Path, fingerprint: dict, net, opt, batches, generator, done: _Progress) -> None:
-    state = dict(fingerprint=fingerprint, step=done.step, net=net.state_dict(), optimizer=opt.state_dict(),
+def save_checkpoint(checkpoint: Path, fingerprint: dict, net_state: dict, optimizer_state: dict, batches,
+                    generator, done: RunProgress) -> None:
+    """A run's state as `resume` reads it, written atomically (fsynced, then renamed)."""
+    state = dict(fingerprint=fingerprint, step=done.step, net=net_state, optimizer=optimizer_state,
                  data_generator=batches.generator.get_state(), losses=done.losses,
                  running=None if done.running is None else done.running.item(),
                  encoder_generator=None if generator is None else generator.get_state(),
                  seconds=done.seconds)
     with atomic_path(checkpoint) as tmp:
         torch.save(state, tmp)
+
+
+def encoder_generator(encode, device: torch.device) -> torch.Generator | None:
+    """The random stream a stochastic encoder (fewshot) draws from on `device`, which a
+    checkpoint must carry; None for the fixed maps."""
+    on = getattr(encode, "generator_on", None)
+    return on(device) if on is not None else None
 
 
 _clock = time.monotonic  # the checkpoints' wall clock (tests replace it)
@@ -332,16 +343,16 @@ def _train(family, train_supports, net, cfg, progress, name, widths, checkpoint,
     device = torch.device(cfg.device)
     batches = family.batches(train_supports, cfg.tasks_per_batch, cfg.samples_per_task, cfg.seed, device)
     net = net.float().to(device)
-    opt = _optimizer(net, cfg, speed.fused)
+    opt = optimizer_of(net, cfg, speed.fused)
     forward = forward_of(net, speed.compile)
     autocast = torch.bfloat16 if speed.precision == "bf16" else None
-    generator = getattr(family.encode, "state", {}).get("generator")  # a stochastic encoder's own stream
-    fingerprint = _fingerprint(family, cfg, net, train_supports) if checkpoint is not None else None
-    done = _Progress()
+    generator = encoder_generator(family.encode, device)
+    fingerprint = fingerprint_of(family, cfg, net, train_supports) if checkpoint is not None else None
+    done = RunProgress()
     if checkpoint is not None:
         check_checkpoint_space(checkpoint.parent, [net])
         if checkpoint.exists():
-            done = _resume(checkpoint, fingerprint, net, opt, batches, generator, device)
+            done = resume(checkpoint, fingerprint, net, opt, batches, generator, device)
     bar = progress_bar(cfg.steps, f"train {name}", progress, unit="step")
     bar.update(done.step)
     start, saved_at = time.perf_counter() - done.seconds, _clock()
@@ -360,7 +371,8 @@ def _train(family, train_supports, net, cfg, progress, name, widths, checkpoint,
             bar.update(step - bar.n)
         if checkpoint is not None and (step == cfg.steps or _clock() - saved_at >= checkpoint_seconds):
             done.seconds = time.perf_counter() - start
-            _save(checkpoint, fingerprint, net, opt, batches, generator, done)
+            save_checkpoint(checkpoint, fingerprint, net.state_dict(), opt.state_dict(), batches, generator,
+                            done)
             saved_at = _clock()
     bar.close()
     return TrainResult(net=net.to("cpu").double(), widths=list(widths or []), losses=done.losses,

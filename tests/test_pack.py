@@ -1,0 +1,155 @@
+"""Packs: many runs of one shape as one batched model (verify.learning.pack).
+
+A packed run must end as the same run trained alone: on this CPU build the MLP's batched
+products round exactly as its single ones (bit for bit, measured), and the transformer's
+attention within float32 rounding (≤ 2^-23 of a weight's scale after 30 steps, measured
+1.2e-7). Each member's checkpoint is the one a run alone writes.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from verify.learning import pack, sgd, train
+from verify.learning.train import TrainConfig
+
+HYPERTEACHER = ["--M", "5", "--K", "2", "--I", "3", "--H", "2", "--O", "2", "--shapes", "custom", "--widths",
+                "16", "16"]
+PREFERENCE = ["--family", "preference", "--M", "4", "--K", "2", "--F", "3", "--widths", "16"]
+TRANSFORMER = ["--M", "5", "--K", "2", "--I", "3", "--H", "2", "--O", "2", "--student", "transformer",
+               "--d-model", "16", "--n-layers", "1", "--d-ffw", "16"]
+
+
+def member(flags, seed, steps=30, checkpoint=None, **config):
+    """A run of verify.sgd's flags at `seed` (its own teacher or world, split and data) as a
+    pack Member, its student initialised as the run alone initialises it."""
+    args = sgd.parse_args([*flags, "--seed", str(seed)])
+    family = sgd.make_family(args)
+    torch.manual_seed(seed)
+    (net, widths), = sgd.build_students(args, family, []).values()
+    cfg = TrainConfig(steps=steps, tasks_per_batch=8, samples_per_task=4, seed=seed, lr=1e-3, **config)
+    return pack.Member(family, sgd.split_of(args).train, net, cfg, name=f"seed {seed}", widths=widths,
+                       checkpoint=checkpoint)
+
+
+def alone(m: pack.Member, **kwargs):
+    return train.train_student(m.family, m.train_supports, copy.deepcopy(m.net), m.cfg, progress=False,
+                               log_every=1, **kwargs)
+
+
+def same_parameters(a, b, atol=0.0):
+    return all(torch.allclose(p, q, rtol=0, atol=atol)
+               for p, q in zip(a.parameters(), b.parameters(), strict=True))
+
+
+@pytest.mark.parametrize("flags", [HYPERTEACHER, [*HYPERTEACHER, "--encoding", "fewshot"], PREFERENCE],
+                         ids=["hyperteacher", "fewshot", "preference"])
+def test_a_packed_mlp_ends_bit_for_bit_as_each_run_alone(flags):
+    # Fresh members for each: fewshot's encoder carries its own random stream, which a run advances.
+    runs = [alone(member(flags, seed)) for seed in (0, 1, 2)]
+    packed = pack.train_pack([member(flags, seed) for seed in (0, 1, 2)], progress=False, log_every=1)
+    for run, p in zip(runs, packed, strict=True):
+        assert p.losses == run.losses
+        assert same_parameters(p.net, run.net)
+        assert p.config["packed_with"] == 3
+    # The members really differ (their own data and init): a pack is not one run three times.
+    assert not same_parameters(packed[0].net, packed[1].net, atol=1e-3)
+
+
+def test_a_packed_transformer_ends_as_each_run_alone_up_to_float_rounding():
+    members = [member(TRANSFORMER, seed) for seed in (0, 1)]
+    runs = [alone(m) for m in members]
+    for run, p in zip(runs, pack.train_pack(members, progress=False, log_every=1), strict=True):
+        assert [v for _, v in p.losses] == pytest.approx([v for _, v in run.losses], rel=1e-6)
+        assert same_parameters(p.net, run.net, atol=1e-6)
+
+
+def test_a_pack_with_a_cosine_schedule_and_all_decay_steps_as_its_runs():
+    members = [member(HYPERTEACHER, seed, steps=12, schedule="cosine", warmup_steps=3, decay="all")
+               for seed in (3, 4)]
+    for run, p in zip([alone(m) for m in members], pack.train_pack(members, progress=False, log_every=1),
+                      strict=True):
+        assert p.losses == run.losses and same_parameters(p.net, run.net)
+
+
+def test_members_checkpoints_are_a_run_alones_and_a_pack_resumes_from_them(tmp_path, monkeypatch):
+    """A pack stopped mid-run resumes from its members' checkpoints to the uninterrupted end;
+    and a member's checkpoint, resumed alone, ends as the run alone does."""
+    def members():
+        return [member(HYPERTEACHER, seed, steps=10, checkpoint=tmp_path / f"{seed}.ckpt") for seed in (0, 1)]
+
+    whole = [alone(m) for m in members()]
+    ticks = iter(range(10**6))
+    monkeypatch.setattr(train, "_clock", lambda: next(ticks))  # 1 s a reading: a save after step 4
+    real, steps = pack._pack_step, []
+
+    def stop_at_six(*a):
+        steps.append(1)
+        if len(steps) == 6:
+            raise KeyboardInterrupt
+        return real(*a)
+
+    monkeypatch.setattr(pack, "_pack_step", stop_at_six)
+    with pytest.raises(KeyboardInterrupt):
+        pack.train_pack(members(), progress=False, log_every=1, checkpoint_seconds=4)
+    monkeypatch.setattr(pack, "_pack_step", real)
+    assert [torch.load(tmp_path / f"{s}.ckpt", weights_only=False)["step"] for s in (0, 1)] == [4, 4]
+    for run, p in zip(whole, pack.train_pack(members(), progress=False, log_every=1, checkpoint_seconds=4),
+                      strict=True):
+        assert p.losses == run.losses and same_parameters(p.net, run.net)
+    # Each member's final checkpoint, read by a run alone: it finds the run done, trains nothing.
+    monkeypatch.setattr(train, "apply_tasks", lambda *a: pytest.fail("trained again"))
+    for seed, run in zip((0, 1), whole, strict=True):
+        m = member(HYPERTEACHER, seed, steps=10)
+        again = train.train_student(m.family, m.train_supports, m.net, m.cfg, progress=False,
+                                    checkpoint=tmp_path / f"{seed}.ckpt")
+        assert again.losses == run.losses and same_parameters(again.net, run.net)
+
+
+def test_a_member_resumed_alone_from_a_packs_checkpoint_continues_as_the_run(tmp_path, monkeypatch):
+    """Stopped mid-pack, then each run finished alone from its own checkpoint."""
+    def members():
+        return [member(HYPERTEACHER, seed, steps=10, checkpoint=tmp_path / f"{seed}.ckpt") for seed in (0, 1)]
+
+    whole = [alone(m) for m in members()]
+    ticks = iter(range(10**6))
+    monkeypatch.setattr(train, "_clock", lambda: next(ticks))
+    real, steps = pack._pack_step, []
+
+    def stop_at_six(*a):
+        steps.append(1)
+        if len(steps) == 6:
+            raise KeyboardInterrupt
+        return real(*a)
+
+    monkeypatch.setattr(pack, "_pack_step", stop_at_six)
+    with pytest.raises(KeyboardInterrupt):
+        pack.train_pack(members(), progress=False, log_every=1, checkpoint_seconds=4)
+    for m, run in zip(members(), whole, strict=True):
+        rest = train.train_student(m.family, m.train_supports, m.net, m.cfg, progress=False, log_every=1,
+                                   checkpoint=m.checkpoint, checkpoint_seconds=10**9)
+        assert rest.losses == run.losses and same_parameters(rest.net, run.net)
+
+
+def test_runs_that_cannot_share_a_pack_are_refused(tmp_path):
+    wide = member(["--M", "5", "--K", "2", "--I", "3", "--H", "2", "--O", "2", "--shapes", "custom",
+                   "--widths", "32", "16"], 1)
+    with pytest.raises(pack.PackMismatch, match="differ in parameters"):
+        pack.check_packable([member(HYPERTEACHER, 0), wide])
+    with pytest.raises(pack.PackMismatch, match="differ in config"):
+        pack.check_packable([member(HYPERTEACHER, 0), member(HYPERTEACHER, 1, steps=31)])
+    with pytest.raises(pack.PackMismatch, match="differ in family"):
+        pack.check_packable([member(HYPERTEACHER, 0), member(PREFERENCE, 1)])
+    same_file = tmp_path / "one.ckpt"
+    with pytest.raises(pack.PackMismatch, match="share a checkpoint file"):
+        pack.check_packable([member(HYPERTEACHER, 0, checkpoint=same_file),
+                             member(HYPERTEACHER, 1, checkpoint=same_file)])
+    # Checkpoints at different steps: the runs were not packed together; train them alone.
+    first = member(HYPERTEACHER, 0, steps=4, checkpoint=tmp_path / "a.ckpt")
+    alone(first, checkpoint=first.checkpoint)
+    with pytest.raises(pack.PackMismatch, match="some runs of this pack have checkpoints"):
+        pack.train_pack([member(HYPERTEACHER, 0, steps=4, checkpoint=tmp_path / "a.ckpt"),
+                         member(HYPERTEACHER, 1, steps=4, checkpoint=tmp_path / "b.ckpt")], progress=False)
