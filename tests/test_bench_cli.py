@@ -19,6 +19,10 @@ def strict_json(text: str):
     (["--repeats", "0"], "positive integer"), (["--repeats", "-3"], "positive integer"),
     (["--repeats", "x"], "positive integer"), (["--threads", "0"], "positive integer"),
     (["--frobnicate"], "unrecognized"), (["--quick", "extra"], "unrecognized"),
+    (["--pack", "4"], "apply to --device"), (["--assume-tflops", "100"], "apply to --device"),
+    (["--device", "cpu", "--pack", "0"], "positive integer"),
+    (["--device", "cpu", "--assume-tflops", "0"], "positive"),
+    (["--device", "meta"], "only cpu and cuda"),
 ])
 def test_bad_input_exits_2_with_one_line(capsys, argv, message):
     assert bench.main(argv) == 2
@@ -74,3 +78,30 @@ def test_training_speed_measures_a_real_step():
         tr = bench.training_speed([32, 32], steps=2, repeats=2, family=family)
         assert tr["step_s"] > 0 and 0 < tr["data_share"] < 1 and tr["rows"] == rows
         assert tr["model_over_gemm"] == pytest.approx(tr["model_flops"] / tr["gemm_flops"])
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="only meaningful without a GPU")
+def test_a_cuda_bench_without_a_gpu_is_a_usage_error(capsys):
+    assert bench.main(["--device", "cuda"]) == 2
+    assert "no CUDA device" in capsys.readouterr().err
+
+
+def test_the_device_bench_runs_on_the_cpu_and_prices_every_paper_study(capsys):
+    """A real (quick) run: the 4×256 step alone and packed ×2, timed; and each paper-scale
+    study's training FLOPs, priced at the measured rate and at an assumed one."""
+    from verify.studies.driver import study_names
+
+    assert bench.main(["--device", "cpu", "--quick", "--pack", "2", "--assume-tflops", "100", "--json",
+                       "--no-progress"]) == 0
+    m = strict_json(capsys.readouterr().out)
+    assert [s["n_pack"] for s in m["steps"]] == [1, 2] and all(s["step_s"] > 0 for s in m["steps"])
+    assert m["speed"] == {"precision": "fp32", "compile": False, "fused": False}
+    assert m["checkpoint"]["bytes"] > 3 * 4 * 3 * 256 * 256  # AdamW's moments and the weights, float32
+    studies = {r["study"]: r for r in m["studies"]}
+    assert set(studies) == set(study_names())
+    # The paper's task-support sweep: 18 runs of 300k steps of a 4×1024 MLP on 128×16 rows of
+    # [z (16), x (16)] → 16: 3 × 2,048 × (32·1024 + 3·1024² + 1024·16) multiply-adds a step, ×2 FLOPs.
+    per_step = 2 * 3 * 2048 * (32 * 1024 + 3 * 1024**2 + 1024 * 16)
+    assert studies["task-support"]["flops"] == 18 * 300_000 * per_step
+    assert studies["task-support"]["assumed_hours"] == pytest.approx(
+        studies["task-support"]["flops"] / 100e12 / 3600)

@@ -4,6 +4,12 @@ Timings on shared machines are noisy, so nothing here is a test: it prints what 
 measured next to the issue's targets. Each timing is the median of interleaved repeats.
 The verify.bound runs are separate processes (whole-process wall time and peak memory);
 the forward speed-up is measured in this one.
+
+`--device cpu|cuda[:N]` measures training on that device instead, from one run: a dense
+GEMM's FLOP/s, the paper's 4×1024 MLP step alone and packed (`--pack`), the model FLOP/s
+over the GEMM's, the batch's share of a step, a checkpoint's time, and the device-hours of
+every paper-scale study at the measured packed rate. `--assume-tflops T` adds the hours at
+T TFLOP/s achieved: the estimate from FLOPs where no GPU is at hand.
 Exit codes: 0 measured (a missed target is reported, not an error), 2 usage error,
 3 internal error, 130 interrupted.
 """
@@ -16,24 +22,39 @@ import statistics
 import subprocess
 import sys
 import time
+from dataclasses import asdict
 
 from verify import cli
-from verify.cli import positive_int
+from verify.cli import UsageError, positive_float, positive_int
 
 
 def build_parser() -> cli.Parser:
     p = cli.Parser("python -m verify.bench", __doc__)
-    p.add_argument("--quick", action="store_true", help="skip the M=1024 run")
+    p.add_argument("--quick", action="store_true", help="skip the M=1024 run (with --device: a 4×256 MLP)")
     p.add_argument("--repeats", type=positive_int, default=5,
                    help="timed repeats of each forward pass; the median is reported (default 5)")
     p.add_argument("--json", action="store_true", help="print the measurements as JSON")
+    p.add_argument("--device", help="measure training on this device (cpu, cuda, cuda:N) instead of the "
+                                    "theorem's checks")
+    p.add_argument("--pack", type=positive_int, nargs="+",
+                   help="with --device: pack sizes to time (default 8 32 on cuda, 4 on cpu)")
+    p.add_argument("--assume-tflops", type=positive_float,
+                   help="with --device: also give each paper-scale study's device-hours at this many TFLOP/s "
+                        "achieved (the estimate from FLOPs)")
     cli.add_common(p, threads_default="the cores left free by other load, as the dense forward pass is "
                                       "large work; given explicitly, also passed to the verify.bound runs")
     return p
 
 
 def parse_args(argv) -> object:
-    return build_parser().parse_args(argv)
+    args = build_parser().parse_args(argv)
+    if args.device is None and (args.pack or args.assume_tflops):
+        raise UsageError("--pack and --assume-tflops apply to --device")
+    if args.device is not None:
+        from verify.learning.sgd import check_device
+
+        check_device(args.device)
+    return args
 
 
 def run_bound(argv: list[str], threads: int | None = None) -> tuple[float, float, int]:
@@ -250,8 +271,103 @@ def format_table(rows: list[dict], fwd: dict, threads: int) -> str:
     return "\n".join(lines)
 
 
+def study_flops() -> list[dict]:
+    """Each study's paper-scale grid: runs, steps and training FLOPs (2 × the multiply-adds
+    of verify.learning.train.step_macs, forward and backward, times the steps), with every
+    student built on the meta device (shapes only, no memory)."""
+    import torch
+
+    from verify.learning import sgd
+    from verify.learning.train import step_macs
+    from verify.studies.driver import expand, study_names
+
+    cache: dict = {}
+    rows = []
+    for name in study_names():
+        _, runs = expand(name, "paper")
+        flops = steps = 0
+        for run in runs:
+            c = run.config
+            # Runs that differ only in these share a student's shape (a construction-matched
+            # width is taken from the first seed's construction: an estimate).
+            shape = tuple(sorted((k, str(v)) for k, v in c.items()
+                                 if k not in ("seed", "split", "held_out", "steps")))
+            if shape not in cache:
+                args = sgd.parse_args(list(run.argv))
+                family = sgd.make_family(args)
+                matched = set(args.shapes) & {"matched", "balanced", "balanced4"}
+                reference = family.reference(args.eps) if matched else None
+                with torch.device("meta"):
+                    students = sgd.build_students(args, family, reference.widths if reference else [])
+                P = family.rows_per_task(getattr(args, "samples_per_task", 0))
+                cache[shape] = sum(step_macs(net, args.tasks_per_batch, P) for net, _ in students.values())
+            flops += 2 * cache[shape] * c["steps"]
+            steps += c["steps"]
+        rows.append(dict(study=name, runs=len(runs), steps=steps, flops=flops))
+    return rows
+
+
+def device_measure(args) -> dict:
+    """The training bench on args.device (see the module docstring)."""
+    import torch
+
+    from constructions.tasks.hyperteacher import enumerate_supports
+    from verify.learning import speed
+    from verify.learning.train import Speed
+
+    device = torch.device(args.device)
+    cuda = device.type == "cuda"
+    run_speed = Speed.default(args.device)
+    f, supports = paper_family("hyperteacher"), enumerate_supports(16, 3)
+    widths, steps = [256 if args.quick else 1024] * 4, 20 if cuda else 3
+    name = torch.cuda.get_device_name(device) if cuda else "cpu"
+    out = dict(device=name, speed=asdict(run_speed))
+    gemm_n = 8192 if cuda else 2048
+    out["gemm"] = dict(n=gemm_n, flops=speed.gemm_flops(device, gemm_n, run_speed))
+    out["steps"] = [speed.step_time(f, supports, widths, device, run_speed, n_pack=n, steps=steps)
+                    for n in [1, *(args.pack or ([8, 32] if cuda else [4]))]]
+    for s in out["steps"]:
+        s["model_over_gemm"] = s["model_flops"] / out["gemm"]["flops"]
+    out["checkpoint"] = speed.checkpoint_time(f, supports, widths, device)
+    rate = max(s["model_flops"] for s in out["steps"])
+    out["studies"] = [dict(r, hours=r["flops"] / rate / 3600,
+                           assumed_hours=r["flops"] / (args.assume_tflops * 1e12) / 3600 if args.assume_tflops
+                           else None) for r in study_flops()]
+    out["rate"] = rate
+    return out
+
+
+def format_device(m: dict, assume_tflops: float | None) -> str:
+    sp = m["speed"]
+    how = ", ".join([sp["precision"], *["compiled"] * sp["compile"], *["fused AdamW"] * sp["fused"]])
+    step_label = f"the paper MLP step, {'×'.join(map(str, m['steps'][0]['widths']))}, 2,048 rows"
+    lines = [f"training on {m['device']} ({how})",
+             f"dense GEMM {m['gemm']['n']}³, float32: {m['gemm']['flops'] / 1e12:.2f} TFLOP/s", "",
+             f"{step_label:<44} {'step':>10} {'per run':>10} {'TFLOP/s':>9} "
+             f"{'/ GEMM':>7} {'data':>6}"]
+    for s in m["steps"]:
+        what = "alone" if s["n_pack"] == 1 else f"packed ×{s['n_pack']}"
+        lines.append(f"  {what:<42} {s['step_s'] * 1e3:>7.2f} ms {s['per_run_step_s'] * 1e3:>7.2f} ms "
+                     f"{s['model_flops'] / 1e12:>9.3f} {s['model_over_gemm']:>7.2f} {s['data_share']:>6.1%}")
+    c = m["checkpoint"]
+    lines += [f"checkpoint of one run ({c['bytes'] / 1e6:.0f} MB): {c['seconds']:.2f} s, "
+              f"{c['share_at_interval']:.3%} of wall time at one every 10 min", "",
+              f"paper-scale studies at the best measured rate ({m['rate'] / 1e12:.3f} TFLOP/s)"
+              + (f" and at {assume_tflops:g} TFLOP/s assumed" if assume_tflops else "") + ":",
+              f"  {'study':<26} {'runs':>6} {'PFLOP':>10} {'device-hours':>13}"
+              + (f" {'at assumed':>11}" if assume_tflops else "")]
+    for r in m["studies"]:
+        lines.append(f"  {r['study']:<26} {r['runs']:>6} {r['flops'] / 1e15:>10.1f} {r['hours']:>13.1f}"
+                     + (f" {r['assumed_hours']:>11.1f}" if assume_tflops else ""))
+    return "\n".join(lines)
+
+
 def work(args) -> int:
     threads = cli.set_threads(args.threads, cli.default_threads(threads_pay=True))
+    if args.device is not None:
+        m = device_measure(args)
+        cli.emit(cli.to_json(m) if args.json else format_device(m, args.assume_tflops))
+        return cli.EXIT_OK
     rows, fwd = measure(args)
     cli.emit(cli.to_json(rows) if args.json else format_table(rows, fwd, threads))
     return cli.EXIT_OK

@@ -151,6 +151,15 @@ class _Stack:
         return self.nets[i].state_dict(), dict(state=state, param_groups=packed["param_groups"])
 
 
+def packed_forward(template: nn.Module, compile: bool = False):
+    """forward(params, e, x): every member's predictions (N, T, P, O) from the stacked
+    parameters and the stacked batches, by vmap over the template student's own forward."""
+    wrapped = _TaskForward(template)
+    forward = vmap(lambda params, e, x: functional_call(
+        wrapped, {f"student.{k}": v for k, v in params.items()}, (e, x)))
+    return torch.compile(forward) if compile else forward
+
+
 def _resume_all(members, nets, batches, generators, fingerprints, device) -> list[RunProgress]:
     """Each member's progress from its checkpoint, or a fresh start for all."""
     found = [m.checkpoint is not None and m.checkpoint.exists() for m in members]
@@ -182,11 +191,7 @@ def _train_pack(members, progress, checkpoint_seconds, log_every, speed) -> list
     stack = _Stack(nets, cfg, speed.fused)
     if opts is not None:
         stack.load_member_states(opts)
-    template = _TaskForward(nets[0])
-    forward = vmap(lambda params, e, x: functional_call(
-        template, {f"student.{k}": v for k, v in params.items()}, (e, x)))
-    if speed.compile:
-        forward = torch.compile(forward)
+    forward = packed_forward(nets[0], speed.compile)
     autocast = torch.bfloat16 if speed.precision == "bf16" else None
     loss_of = members[0].family.loss
     first = done[0].step
