@@ -153,3 +153,20 @@ def test_runs_that_cannot_share_a_pack_are_refused(tmp_path):
     with pytest.raises(pack.PackMismatch, match="some runs of this pack have checkpoints"):
         pack.train_pack([member(HYPERTEACHER, 0, steps=4, checkpoint=tmp_path / "a.ckpt"),
                          member(HYPERTEACHER, 1, steps=4, checkpoint=tmp_path / "b.ckpt")], progress=False)
+
+
+def test_verify_sgd_runs_packed_report_what_they_report_alone(tmp_path):
+    """Three runs of a study (seeds, and so teachers, splits and data) through sgd.run_packed:
+    each report's metrics are those of the same run alone, its row marked packed_with."""
+    def argv(seed):
+        return [*HYPERTEACHER, "--steps", "20", "--eval-tasks", "32", "--eval-samples", "4", "--no-progress",
+                "--seed", str(seed), "--checkpoint", str(tmp_path / f"run{seed}")]
+
+    packed = sgd.run_packed([sgd.parse_args(argv(seed)) for seed in (0, 1, 2)])
+    for seed, report in zip((0, 1, 2), packed, strict=True):
+        single = sgd.run(sgd.parse_args(argv(seed)[:-2]))
+        assert report["metrics"] == single["metrics"]
+        assert report["rows"][-1]["packed_with"] == 3 and "packed_with" not in single["rows"][-1]
+        assert (tmp_path / f"run{seed}" / f"seed{seed}_custom.ckpt").exists()
+    with pytest.raises(pack.PackMismatch, match="one student each"):
+        sgd.run_packed([sgd.parse_args(["--M", "4", "--K", "2", "--steps", "5"])])  # matched and balanced

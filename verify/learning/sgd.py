@@ -22,7 +22,7 @@ import contextlib
 import functools
 import sys
 import time
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from constructions.names import ENCODING_NAMES, SPLITS
@@ -471,20 +471,31 @@ def ratio_records(network: str, metrics: list, reference: list | None, names) ->
     return out
 
 
-def run(args) -> dict:
-    from verify.learning.records import as_dicts
-    from verify.learning.students import parameter_count
-    from verify.learning.train import (
-        CheckpointMismatch,
-        CheckpointSpace,
-        TrainConfig,
-        check_checkpoint_space,
-        step_macs,
-        train_student,
-    )
+@dataclass
+class Prepared:
+    """A run up to its training: its family, split, scoring sides, untrained students, and
+    the reference network's rows and metrics (scored already)."""
+
+    args: object
+    family: object
+    split: object
+    sides: dict
+    students: dict
+    reference: object
+    rows: list
+    metrics: list
+    ref_metrics: list | None
+    train: object  # TrainConfig
+    speed: object  # Speed
+    start: float
+
+
+def prepare(args, progress) -> Prepared:
+    """Everything of a run before training: family, split, reference, sides, students, and
+    the checkpoint folder's room."""
+    from verify.learning.train import CheckpointSpace, TrainConfig, check_checkpoint_space
 
     start = time.perf_counter()
-    progress = False if args.no_progress else None
     with cli.phase("task family, split and reference", progress):
         split = split_of(args)
         family = make_family(args)
@@ -503,61 +514,130 @@ def run(args) -> dict:
         except CheckpointSpace as e:
             raise UsageError(f"--checkpoint: {e}") from None
     P = family.rows_per_task(getattr(args, "samples_per_task", 0))
-    largest = max(step_macs(net, args.tasks_per_batch, P) for net, _ in students.values())
+    tc = TrainConfig(steps=args.steps, tasks_per_batch=args.tasks_per_batch,
+                     samples_per_task=getattr(args, "samples_per_task", P), lr=args.lr,
+                     weight_decay=args.weight_decay, seed=args.seed, device=args.device, init=args.init,
+                     decay=args.decay, schedule=args.schedule, warmup_steps=args.warmup_steps)
+    return Prepared(args, family, split, sides, students, reference, [], [], None, tc, speed_of(args), start)
 
-    rows, metrics, ref_metrics = [], [], None
-    with threads_of_run(args.threads, largest):
-        if reference is not None:
-            with cli.phase(f"evaluate {reference.name}", progress):
-                ref_metrics, probe = family.score(reference.name, reference.net, sides, args.seed,
-                                                  reference.probe_net, encode=reference.encode)
-            sup = {m.side: m.value for m in ref_metrics if m.metric == "sup"}
-            rows.append(dict(network=reference.name, widths=reference.widths,
-                             hidden_units=int(sum(reference.widths)), parameters=None,
-                             certificate=reference.certificate, probe_r2=probe,
-                             within_certificate={side: bool(v <= reference.certificate)
-                                                 for side, v in sup.items()}))
-            metrics += ref_metrics + ratio_records(reference.name, ref_metrics, None, family.ratio_metrics)
 
-        speed = speed_of(args)
-        tc = TrainConfig(steps=args.steps, tasks_per_batch=args.tasks_per_batch,
-                         samples_per_task=getattr(args, "samples_per_task", P), lr=args.lr,
-                         weight_decay=args.weight_decay, seed=args.seed, device=args.device, init=args.init,
-                         decay=args.decay, schedule=args.schedule, warmup_steps=args.warmup_steps)
-        trained = {}
-        for shape, (net, widths) in students.items():
-            label = "×".join(map(str, widths)) if widths else shape
-            ckpt = Path(args.checkpoint) / f"seed{args.seed}_{shape}.ckpt" if args.checkpoint else None
-            try:
-                result = train_student(family, split.train, net, tc, progress=progress, threads=args.threads,
-                                       name=label, widths=widths, checkpoint=ckpt,
-                                       checkpoint_seconds=60 * args.checkpoint_minutes,
-                                       log_every=args.log_every, speed=speed)
-            except CheckpointMismatch as e:
-                raise UsageError(f"--checkpoint: {e}") from None
-            # The paper probes MLPs and transformers, not hypernetworks (run.py).
-            probe_net = None if args.student == "hypernetwork" else result.net
-            name = f"sgd {shape}"
-            with cli.phase(f"evaluate {name}", progress):
-                scored, probe = family.score(name, result.net, sides, args.seed, probe_net)
-            metrics += scored + ratio_records(name, scored, ref_metrics, family.ratio_metrics)
-            rows.append(dict(network=name, widths=list(widths) if widths else None,
-                             hidden_units=int(sum(widths)) if widths else None,
-                             parameters=parameter_count(result.net), probe_r2=probe,
-                             train_seconds=result.seconds, final_loss=result.losses[-1][1]))
-            trained[shape] = result
+def score_reference(prep: Prepared, progress) -> None:
+    """The reference network's row and metrics (the construction's), into prep."""
+    reference, family, args = prep.reference, prep.family, prep.args
+    if reference is None:
+        return
+    with cli.phase(f"evaluate {reference.name}", progress):
+        prep.ref_metrics, probe = family.score(reference.name, reference.net, prep.sides, args.seed,
+                                               reference.probe_net, encode=reference.encode)
+    sup = {m.side: m.value for m in prep.ref_metrics if m.metric == "sup"}
+    prep.rows.append(dict(network=reference.name, widths=reference.widths,
+                          hidden_units=int(sum(reference.widths)), parameters=None,
+                          certificate=reference.certificate, probe_r2=probe,
+                          within_certificate={side: bool(v <= reference.certificate)
+                                              for side, v in sup.items()}))
+    prep.metrics += prep.ref_metrics + ratio_records(reference.name, prep.ref_metrics, None,
+                                                     family.ratio_metrics)
 
-    within = (None if reference is None else
+
+def checkpoint_of(args, shape: str) -> Path | None:
+    return Path(args.checkpoint) / f"seed{args.seed}_{shape}.ckpt" if args.checkpoint else None
+
+
+def train_students(prep: Prepared, progress) -> dict:
+    """{shape: TrainResult}, each student trained alone."""
+    from verify.learning.train import CheckpointMismatch, train_student
+
+    args, trained = prep.args, {}
+    for shape, (net, widths) in prep.students.items():
+        label = "×".join(map(str, widths)) if widths else shape
+        try:
+            trained[shape] = train_student(prep.family, prep.split.train, net, prep.train, progress=progress,
+                                           threads=args.threads, name=label, widths=widths,
+                                           checkpoint=checkpoint_of(args, shape),
+                                           checkpoint_seconds=60 * args.checkpoint_minutes,
+                                           log_every=args.log_every, speed=prep.speed)
+        except CheckpointMismatch as e:
+            raise UsageError(f"--checkpoint: {e}") from None
+    return trained
+
+
+def finish(prep: Prepared, trained: dict, progress) -> dict:
+    """Score each trained student and assemble the run's report (and --save its files)."""
+    from verify.learning.records import as_dicts
+    from verify.learning.students import parameter_count
+
+    args, family, rows, metrics = prep.args, prep.family, list(prep.rows), list(prep.metrics)
+    for shape, (_, widths) in prep.students.items():
+        result = trained[shape]
+        # The paper probes MLPs and transformers, not hypernetworks (run.py).
+        probe_net = None if args.student == "hypernetwork" else result.net
+        name = f"sgd {shape}"
+        with cli.phase(f"evaluate {name}", progress):
+            scored, probe = family.score(name, result.net, prep.sides, args.seed, probe_net)
+        metrics += scored + ratio_records(name, scored, prep.ref_metrics, family.ratio_metrics)
+        rows.append(dict(network=name, widths=list(widths) if widths else None,
+                         hidden_units=int(sum(widths)) if widths else None,
+                         parameters=parameter_count(result.net), probe_r2=probe,
+                         train_seconds=result.seconds, final_loss=result.losses[-1][1],
+                         **({"packed_with": result.config["packed_with"]} if "packed_with" in result.config
+                            else {})))
+    within = (None if prep.reference is None else
               bool(rows[0]["within_certificate"]["train"] and rows[0]["within_certificate"]["held_out"]))
     report = dict(family=family.name, task=family.config(), encoding=args.encoding, student=args.student,
-                  split=split.summary(), train={**asdict(tc), "speed": asdict(speed)},
+                  split=prep.split.summary(), train={**asdict(prep.train), "speed": asdict(prep.speed)},
                   evaluation=dict(tasks_per_side=args.eval_tasks, rows_per_task=family.rows_per_task(
                       getattr(args, "eval_samples", 0)), extra_active_modules=extra_sides(args)),
                   rows=rows, metrics=as_dicts(metrics), construction_within_certificate=within,
-                  seconds=time.perf_counter() - start)
+                  seconds=time.perf_counter() - prep.start)
     if args.save:
         save(Path(args.save), report, trained)
     return report
+
+
+def _largest_step(prep: Prepared) -> int:
+    from verify.learning.train import step_macs
+
+    P = prep.family.rows_per_task(getattr(prep.args, "samples_per_task", 0))
+    return max(step_macs(net, prep.args.tasks_per_batch, P) for net, _ in prep.students.values())
+
+
+def run(args) -> dict:
+    """One verify.sgd run (one seed): prepare, train each student, score, report."""
+    progress = False if args.no_progress else None
+    prep = prepare(args, progress)
+    with threads_of_run(args.threads, _largest_step(prep)):
+        score_reference(prep, progress)
+        return finish(prep, train_students(prep, progress), progress)
+
+
+def run_packed(runs: list) -> list[dict]:
+    """Runs of one student's shape each (a study's seeds, splits or data), trained as one
+    pack (verify.learning.pack) and then scored one by one: the reports `run` gives, each
+    row marked `packed_with`. PackMismatch for runs that cannot share a pack."""
+    from verify.learning.pack import Member, PackMismatch, train_pack
+    from verify.learning.train import CheckpointMismatch
+
+    progress = False if runs[0].no_progress else None
+    preps = [prepare(args, progress) for args in runs]
+    if any(len(p.students) != 1 for p in preps):
+        raise PackMismatch("a pack takes runs of one student each (one --shapes, or a transformer or "
+                           "hypernetwork)")
+    members = []
+    for p in preps:
+        (shape, (net, widths)), = p.students.items()
+        members.append(Member(p.family, p.split.train, net, p.train, name=f"seed {p.args.seed} {shape}",
+                              widths=widths, checkpoint=checkpoint_of(p.args, shape)))
+    first = runs[0]
+    with threads_of_run(first.threads, len(preps) * _largest_step(preps[0])):
+        for p in preps:
+            score_reference(p, progress)
+        try:
+            results = train_pack(members, progress=progress, threads=first.threads,
+                                 checkpoint_seconds=60 * first.checkpoint_minutes, log_every=first.log_every,
+                                 speed=preps[0].speed)
+        except CheckpointMismatch as e:
+            raise UsageError(f"--checkpoint: {e}") from None
+        return [finish(p, {next(iter(p.students)): r}, progress) for p, r in zip(preps, results, strict=True)]
 
 
 def save(out: Path, report: dict, trained: dict) -> None:
