@@ -1,9 +1,11 @@
 """Packs: many runs of one shape as one batched model (verify.learning.pack).
 
-A packed run must end as the same run trained alone: on this CPU build the MLP's batched
-products round exactly as its single ones (bit for bit, measured), and the transformer's
-attention within float32 rounding (≤ 2^-23 of a weight's scale after 30 steps, measured
-1.2e-7). Each member's checkpoint is the one a run alone writes.
+A packed run must end as the same run trained alone, up to float32 rounding: batched
+products may round differently from single ones (on this machine the 16-wide MLPs come out
+bit for bit, a 4-wide one and the transformer within 1.2e-7 of a weight after 30 steps), so
+the checks allow 1e-6 on a weight of scale ~1 and 1e-6 relative on a loss: ~8 float32 ulps,
+far below what a wrong member (its own data, init or state swapped) moves (≥ 1e-3).
+Each member's checkpoint is the one a run alone writes.
 """
 
 from __future__ import annotations
@@ -40,20 +42,24 @@ def alone(m: pack.Member, **kwargs):
                                log_every=1, **kwargs)
 
 
-def same_parameters(a, b, atol=0.0):
+def same_parameters(a, b, atol=1e-6):
     return all(torch.allclose(p, q, rtol=0, atol=atol)
                for p, q in zip(a.parameters(), b.parameters(), strict=True))
 
 
+def same_losses(a, b) -> bool:
+    return [s for s, _ in a.losses] == [s for s, _ in b.losses] and \
+        [v for _, v in a.losses] == pytest.approx([v for _, v in b.losses], rel=1e-6)
+
+
 @pytest.mark.parametrize("flags", [HYPERTEACHER, [*HYPERTEACHER, "--encoding", "fewshot"], PREFERENCE],
                          ids=["hyperteacher", "fewshot", "preference"])
-def test_a_packed_mlp_ends_bit_for_bit_as_each_run_alone(flags):
+def test_a_packed_mlp_ends_as_each_run_alone(flags):
     # Fresh members for each: fewshot's encoder carries its own random stream, which a run advances.
     runs = [alone(member(flags, seed)) for seed in (0, 1, 2)]
     packed = pack.train_pack([member(flags, seed) for seed in (0, 1, 2)], progress=False, log_every=1)
     for run, p in zip(runs, packed, strict=True):
-        assert p.losses == run.losses
-        assert same_parameters(p.net, run.net)
+        assert same_losses(p, run) and same_parameters(p.net, run.net)
         assert p.config["packed_with"] == 3
     # The members really differ (their own data and init): a pack is not one run three times.
     assert not same_parameters(packed[0].net, packed[1].net, atol=1e-3)
@@ -63,8 +69,7 @@ def test_a_packed_transformer_ends_as_each_run_alone_up_to_float_rounding():
     members = [member(TRANSFORMER, seed) for seed in (0, 1)]
     runs = [alone(m) for m in members]
     for run, p in zip(runs, pack.train_pack(members, progress=False, log_every=1), strict=True):
-        assert [v for _, v in p.losses] == pytest.approx([v for _, v in run.losses], rel=1e-6)
-        assert same_parameters(p.net, run.net, atol=1e-6)
+        assert same_losses(p, run) and same_parameters(p.net, run.net)
 
 
 def test_a_pack_with_a_cosine_schedule_and_all_decay_steps_as_its_runs():
@@ -72,7 +77,7 @@ def test_a_pack_with_a_cosine_schedule_and_all_decay_steps_as_its_runs():
                for seed in (3, 4)]
     for run, p in zip([alone(m) for m in members], pack.train_pack(members, progress=False, log_every=1),
                       strict=True):
-        assert p.losses == run.losses and same_parameters(p.net, run.net)
+        assert same_losses(p, run) and same_parameters(p.net, run.net)
 
 
 def test_members_checkpoints_are_a_run_alones_and_a_pack_resumes_from_them(tmp_path, monkeypatch):
@@ -99,14 +104,14 @@ def test_members_checkpoints_are_a_run_alones_and_a_pack_resumes_from_them(tmp_p
     assert [torch.load(tmp_path / f"{s}.ckpt", weights_only=False)["step"] for s in (0, 1)] == [4, 4]
     for run, p in zip(whole, pack.train_pack(members(), progress=False, log_every=1, checkpoint_seconds=4),
                       strict=True):
-        assert p.losses == run.losses and same_parameters(p.net, run.net)
+        assert same_losses(p, run) and same_parameters(p.net, run.net)
     # Each member's final checkpoint, read by a run alone: it finds the run done, trains nothing.
     monkeypatch.setattr(train, "apply_tasks", lambda *a: pytest.fail("trained again"))
     for seed, run in zip((0, 1), whole, strict=True):
         m = member(HYPERTEACHER, seed, steps=10)
         again = train.train_student(m.family, m.train_supports, m.net, m.cfg, progress=False,
                                     checkpoint=tmp_path / f"{seed}.ckpt")
-        assert again.losses == run.losses and same_parameters(again.net, run.net)
+        assert same_losses(again, run) and same_parameters(again.net, run.net)
 
 
 def test_a_member_resumed_alone_from_a_packs_checkpoint_continues_as_the_run(tmp_path, monkeypatch):
@@ -131,7 +136,7 @@ def test_a_member_resumed_alone_from_a_packs_checkpoint_continues_as_the_run(tmp
     for m, run in zip(members(), whole, strict=True):
         rest = train.train_student(m.family, m.train_supports, m.net, m.cfg, progress=False, log_every=1,
                                    checkpoint=m.checkpoint, checkpoint_seconds=10**9)
-        assert rest.losses == run.losses and same_parameters(rest.net, run.net)
+        assert same_losses(rest, run) and same_parameters(rest.net, run.net)
 
 
 def test_runs_that_cannot_share_a_pack_are_refused(tmp_path):
@@ -165,8 +170,17 @@ def test_verify_sgd_runs_packed_report_what_they_report_alone(tmp_path):
     packed = sgd.run_packed([sgd.parse_args(argv(seed)) for seed in (0, 1, 2)])
     for seed, report in zip((0, 1, 2), packed, strict=True):
         single = sgd.run(sgd.parse_args(argv(seed)[:-2]))
-        assert report["metrics"] == single["metrics"]
+        assert same_metrics(report["metrics"], single["metrics"])
         assert report["rows"][-1]["packed_with"] == 3 and "packed_with" not in single["rows"][-1]
         assert (tmp_path / f"run{seed}" / f"seed{seed}_custom.ckpt").exists()
     with pytest.raises(pack.PackMismatch, match="one student each"):
         sgd.run_packed([sgd.parse_args(["--M", "4", "--K", "2", "--steps", "5"])])  # matched and balanced
+
+
+def same_metrics(a: list[dict], b: list[dict]) -> bool:
+    """Metric records equal but for float32 training's rounding (1e-6 relative, 1e-9 absolute)."""
+    def names(records):
+        return [(m["network"], m["side"], m["metric"]) for m in records]
+
+    return names(a) == names(b) and \
+        [m["value"] for m in a] == pytest.approx([m["value"] for m in b], rel=1e-6, abs=1e-9)

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.test_pack import same_metrics
 from verify.learning.records import lookup
 from verify.studies import driver as study
 from verify.studies.effects import _support_effects, effects_table
@@ -237,8 +238,9 @@ def test_ctrl_c_stops_a_study_with_one_line_and_leaves_the_store_intact(tmp_path
 
     path = tiny_study(tmp_path, seeds="[1, 2]", steps=200_000)
     out = tmp_path / "out"
+    # A checkpoint every 60 ms of wall-clock time, so that one is written well before the Ctrl-C.
     proc = interruptible(["verify.study", "run", path, "--scale", "paper", "--engine", "serial",
-                          "--out", str(out), "--no-progress"])
+                          "--out", str(out), "--no-progress", "--checkpoint-minutes", "0.001"])
     deadline = time.monotonic() + 120
     while not list(out.glob("runs/*/*.ckpt")):  # a checkpoint: training is well under way
         assert proc.poll() is None, proc.communicate()
@@ -471,3 +473,30 @@ def test_run_writes_under_the_working_folder_and_report_reads_the_committed_stor
     assert study.main(["report", "task-support", "--scale", "cpu", "--json"]) == 0
     table = json.loads(capsys.readouterr().out)
     assert (table["runs_done"], table["runs_unknown_code"], table["rows"][0]["code"]) == (1, 0, "current")
+
+
+def test_packed_runs_store_what_the_runs_alone_store(tmp_path):
+    """--pack 3 on four runs of one shape (two seeds × two held-out fractions): a pack of three
+    and one run alone, each stored with the metrics its run alone gives, marked packed_with."""
+    path = tiny_study(tmp_path, held_out="[0.25, 0.5]", seeds="[1, 2]", steps=8)
+    alone = study.run_study(path, "paper", tmp_path / "alone", engine="serial", progress=False)
+    packed = study.run_study(path, "paper", tmp_path / "packed", engine="serial", progress=False, pack=3)
+    assert alone["done"] == packed["done"] == 4
+    with RunStore(tmp_path / "alone" / "study.sqlite", readonly=True) as a, \
+            RunStore(tmp_path / "packed" / "study.sqlite", readonly=True) as b:
+        reports = {r["key"]: r["report"] for r in a.rows()}
+        packs = sorted(r["report"]["rows"][-1].get("packed_with", 1) for r in b.rows())
+        assert packs == [1, 3, 3, 3]
+        for r in b.rows():  # equal up to float32 training's rounding (tests/test_pack.py)
+            assert same_metrics(r["report"]["metrics"], reports[r["key"]]["metrics"])
+
+
+def test_pack_refuses_a_grid_whose_runs_train_several_students(tmp_path, capsys):
+    path = tmp_path / "two.yaml"
+    path.write_text(TINY_GRID.replace("  width: {value: 4}\n  depth: {value: 1}\n", "")
+                    .replace("HELD_OUT", "[0.25]").replace("SEEDS", "[1]").replace("STEPS", "5"))
+    assert study.main(["run", str(path), "--scale", "paper", "--engine", "serial", "--pack", "2",
+                       "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "a pack takes runs of one student each" in err, err
+    assert not (tmp_path / "out" / "study.sqlite").exists()

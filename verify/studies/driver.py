@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from verify import cli
-from verify.cli import UsageError, non_negative_float, positive_int
+from verify.cli import UsageError, non_negative_float, positive_float, positive_int
 
 STUDIES_DIR = Path(__file__).parent
 # Where `run` writes by default: relative to the working folder, so that inside the checkout
@@ -322,7 +322,45 @@ def short(fingerprint: str | None) -> str:
 
 # ----------------------------------------------------------------------------- one run
 
-def run_one(argv: tuple[str, ...], run_dir: str, device: str = "cpu") -> dict:
+def _sgd_argv(argv: tuple[str, ...], run_dir: str, device: str,
+              checkpoint_minutes: float | None) -> list[str]:
+    """A run's verify.sgd command line as the driver runs it: quiet, one thread, on `device`,
+    checkpointing into run_dir."""
+    every = [] if checkpoint_minutes is None else ["--checkpoint-minutes", str(checkpoint_minutes)]
+    return [*argv, "--no-progress", "--threads", "1", "--device", device, "--checkpoint", run_dir, *every]
+
+
+def _failure(e: BaseException, start: float, code: dict) -> dict:
+    if isinstance(e, UsageError):  # a grid point verify.sgd cannot run (a split it cannot build, say)
+        return dict(status="failed", error=str(e), seconds=time.perf_counter() - start, **code)
+    tail = "".join(traceback.format_exception(e)[-3:]).strip()
+    return dict(status="failed", error=f"{type(e).__name__}: {e}\n{tail}",
+                seconds=time.perf_counter() - start, **code)
+
+
+def run_pack(argvs: list[tuple[str, ...]], run_dirs: list[str], device: str = "cpu",
+             checkpoint_minutes: float | None = None) -> list[dict]:
+    """Runs of one student's shape trained as one pack (verify.sgd.run_packed), in whatever
+    process executes it: run_one's result for each, in order. A pack fails as a whole (each
+    of its runs stored as failed with the error); only Ctrl-C escapes."""
+    code = dict(version=code_version(), fingerprint=code_fingerprint())
+    from verify.learning import sgd
+
+    start = time.perf_counter()
+    try:
+        args = [sgd.parse_args(_sgd_argv(a, d, device, checkpoint_minutes)) for a, d in zip(argvs, run_dirs,
+                                                                                            strict=True)]
+        reports = sgd.run_packed(args)
+    except KeyboardInterrupt:
+        raise
+    except Exception as e:  # noqa: BLE001 - any failure is stored, and the study goes on
+        return [_failure(e, start, code)] * len(argvs)
+    seconds = time.perf_counter() - start
+    return [dict(status="done", report=r, seconds=seconds, **code) for r in reports]
+
+
+def run_one(argv: tuple[str, ...], run_dir: str, device: str = "cpu",
+            checkpoint_minutes: float | None = None) -> dict:
     """One verify.sgd run, in whatever process executes it (a Ray worker, or this one),
     checkpointing into run_dir. Returns {"status": "done", "report": …} or {"status":
     "failed", "error": …}, with the version and fingerprint of the code in this process (a
@@ -333,25 +371,59 @@ def run_one(argv: tuple[str, ...], run_dir: str, device: str = "cpu") -> dict:
 
     start = time.perf_counter()
     try:
-        args = sgd.parse_args([*argv, "--no-progress", "--threads", "1", "--device", device,
-                               "--checkpoint", run_dir])
+        args = sgd.parse_args(_sgd_argv(argv, run_dir, device, checkpoint_minutes))
         return dict(status="done", report=sgd.run(args), seconds=time.perf_counter() - start, **code)
     except KeyboardInterrupt:
         raise
-    except UsageError as e:  # a grid point verify.sgd cannot run (a split it cannot build, say)
-        return dict(status="failed", error=str(e), seconds=time.perf_counter() - start, **code)
     except Exception as e:  # noqa: BLE001 - any failure is stored, and the study goes on
-        tail = "".join(traceback.format_exception(e)[-3:]).strip()
-        return dict(status="failed", error=f"{type(e).__name__}: {e}\n{tail}",
-                    seconds=time.perf_counter() - start, **code)
+        return _failure(e, start, code)
 
 
 # ----------------------------------------------------------------------------- engines
 
-def _serial(pending: list[Run], out: Path, device: str, gpus_per_run: float, on_start):
+@dataclass(frozen=True)
+class Execution:
+    """How a study's runs execute: the device, accelerators per Ray task, the checkpoint
+    interval (None: verify.sgd's), and runs per pack (1: each alone)."""
+
+    device: str = "cpu"
+    gpus_per_run: float = 0.0
+    checkpoint_minutes: float | None = None
+    pack: int = 1
+
+
+def pack_key(run: Run) -> str:
+    """Runs with one key can share a pack: all of a run's settings but its seed, split and
+    held-out fraction (which change its data, not its student's shape or training)."""
+    from verify.studies.store import config_key
+
+    return config_key({k: v for k, v in run.config.items() if k not in ("seed", "split", "held_out")})
+
+
+def units(pending: list[Run], pack: int) -> list[list[Run]]:
+    """The pending runs in packs of at most `pack` runs of one pack_key (in grid order)."""
+    groups: dict[str, list[Run]] = {}
     for run in pending:
-        on_start(run)
-        yield run, run_one(run.argv, str(out / "runs" / run.key[:16]), device)
+        groups.setdefault(pack_key(run), []).append(run)
+    return [g[i:i + pack] for g in groups.values() for i in range(0, len(g), pack)]
+
+
+def _run_dir(out: Path, run: Run) -> str:
+    return str(out / "runs" / run.key[:16])
+
+
+def _execute_unit(unit: list[Run], out: Path, how: Execution) -> list[dict]:
+    if len(unit) == 1:
+        return [run_one(unit[0].argv, _run_dir(out, unit[0]), how.device, how.checkpoint_minutes)]
+    return run_pack([r.argv for r in unit], [_run_dir(out, r) for r in unit], how.device,
+                    how.checkpoint_minutes)
+
+
+def _serial(pending: list[Run], out: Path, how: Execution, on_start):
+    for unit in units(pending, how.pack):
+        for run in unit:
+            on_start(run)
+        yield from zip(unit, _execute_unit(unit, out, how), strict=True)
 
 
 def check_address(address: str) -> None:
@@ -549,29 +621,33 @@ def check_gpus(gpus_per_run: float, address: str | None) -> None:
                      f"a run needs {gpus_per_run:g} on one node")
 
 
-def _ray(pending: list[Run], out: Path, device: str, gpus_per_run: float, on_start):
-    """One Ray task per run on the cluster connect_ray joined; results as they finish."""
+def _ray(pending: list[Run], out: Path, how: Execution, on_start):
+    """One Ray task per run, or per pack, on the cluster connect_ray joined; results as they
+    finish."""
     import ray
 
-    task = ray.remote(run_one).options(num_cpus=1, num_gpus=gpus_per_run, max_retries=0)
+    task = ray.remote(_execute_unit).options(num_cpus=1, num_gpus=how.gpus_per_run, max_retries=0)
     in_flight = {}
-    for run in pending:
-        on_start(run)
-        in_flight[task.remote(run.argv, str(out / "runs" / run.key[:16]), device)] = run
+    for unit in units(pending, how.pack):
+        for run in unit:
+            on_start(run)
+        in_flight[task.remote(unit, out, how)] = unit
     while in_flight:
         ready, _ = ray.wait(list(in_flight), num_returns=1)
-        run = in_flight.pop(ready[0])
+        unit = in_flight.pop(ready[0])
         try:
-            result = ray.get(ready[0])
+            results = ray.get(ready[0])
         except ray.exceptions.RayError as e:  # the worker died (killed, out of memory)
             error = f"{type(e).__name__}: {str(e).splitlines()[0]}"
-            result = dict(status="failed", error=error, seconds=None, version=None, fingerprint=None)
-        yield run, result
+            results = [dict(status="failed", error=error, seconds=None, version=None,
+                            fingerprint=None)] * len(unit)
+        yield from zip(unit, results, strict=True)
 
 
 def run_study(name: str, scale: str, out: Path, *, engine: str = "ray", address: str | None = None,
               gpus_per_run: float = 0.0, workers: int | None = None, retry_failed: bool = False,
-              rerun_stale: bool = False, progress: bool | None = None) -> dict:
+              rerun_stale: bool = False, progress: bool | None = None, pack: int = 1,
+              checkpoint_minutes: float | None = None) -> dict:
     """Run every run of the study not yet done (and the failed ones with `retry_failed`,
     those made by other or unknown code with `rerun_stale`); each result is committed as
     it arrives. Ray is started only when something is left to run."""
@@ -609,8 +685,9 @@ def run_study(name: str, scale: str, out: Path, *, engine: str = "ray", address:
             bar = cli.progress(len(runs), f"{study} ({scale})", progress, unit="run")
             bar.update(len(runs) - len(pending))
             execute = _ray if engine == "ray" else _serial
+            how = Execution("cuda" if gpus_per_run > 0 else "cpu", gpus_per_run, checkpoint_minutes, pack)
             start = time.perf_counter()
-            for run, result in execute(pending, out, "cuda" if gpus_per_run > 0 else "cpu", gpus_per_run,
+            for run, result in execute(pending, out, how,
                                        lambda run: store.start(run.key, study, scale, run.config)):
                 code = dict(version=result["version"], fingerprint=result["fingerprint"])
                 if result["status"] == "done":
@@ -681,6 +758,12 @@ def build_parser() -> cli.Parser:
     r.add_argument("--gpus-per-run", type=non_negative_float, default=0.0,
                    help="accelerators Ray gives each run (fractions share one); runs train on cuda when "
                         "> 0 (default 0)")
+    r.add_argument("--pack", type=positive_int, default=1,
+                   help="train up to N runs that differ only in seed, split or held-out fraction as one "
+                        "batched model (one Ray task, one accelerator slot; for GPUs, where small runs "
+                        "leave the device idle; on a CPU it does not pay) (default 1: each run alone)")
+    r.add_argument("--checkpoint-minutes", type=positive_float,
+                   help="wall-clock minutes between a run's checkpoints (default verify.sgd's, 10)")
     r.add_argument("--retry-failed", action="store_true", help="run the failed runs again too")
     r.add_argument("--rerun-stale", action="store_true",
                    help="run again the runs whose stored result was made by other code (another "
@@ -725,7 +808,9 @@ def parse_args(argv=None):
                          f"`python -m verify.study run {args.study} --scale {args.scale}` first")
     args.out = cli.prepare_out_dir(args.out or default_out(args.study, args.scale), "--out")
     if args.command == "run":
-        expand(args.study, args.scale)  # a bad grid is refused before any work
+        _, runs = expand(args.study, args.scale)  # a bad grid is refused before any work
+        if args.pack > 1:
+            check_packable_grid(runs)
     return args
 
 
@@ -738,7 +823,8 @@ def work(args) -> int:
         summary = run_study(args.study, args.scale, args.out, engine=args.engine, address=args.address,
                             gpus_per_run=args.gpus_per_run, workers=args.workers,
                             retry_failed=args.retry_failed, rerun_stale=args.rerun_stale,
-                            progress=False if args.no_progress else None)
+                            progress=False if args.no_progress else None, pack=args.pack,
+                            checkpoint_minutes=args.checkpoint_minutes)
         cli.emit(cli.to_json(summary) if args.json else format_summary(summary))
         return cli.EXIT_VIOLATED if summary["violated"] else cli.EXIT_OK
     from verify.studies import effects
@@ -754,6 +840,16 @@ def work(args) -> int:
     n = effects.export_csv(args.store, path)
     cli.emit(f"{n} runs written to {path}")
     return cli.EXIT_OK
+
+
+def check_packable_grid(runs: list[Run]) -> None:
+    """--pack takes runs of one student each: refuse a grid whose runs train several."""
+    for run in runs:
+        c = run.config
+        if c.get("student", "mlp") == "mlp" and len(c.get("shapes") or []) != 1:
+            raise UsageError(f"--pack: a run of this grid trains {len(c.get('shapes') or [])} students of "
+                             f"different shapes (--shapes {' '.join(c.get('shapes') or [])}); a pack takes "
+                             "runs of one student each (give the grid one shape, or width and depth)")
 
 
 def format_summary(s: dict) -> str:
