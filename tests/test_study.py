@@ -146,6 +146,18 @@ def test_a_smoke_study_through_a_local_ray_cluster_stores_every_row(tmp_path):
         (study.code_version(), study.code_fingerprint())}
 
 
+def test_a_pack_is_one_ray_task_whose_runs_are_stored_one_by_one(tmp_path):
+    """The task-support smoke study's two runs (two splits) as one pack on Ray."""
+    pytest.importorskip("ray")
+    s = study.run_study("task-support", "smoke", tmp_path / "out", engine="ray", workers=1, progress=False,
+                        pack=2)
+    assert (s["runs"], s["done"], s["failed"]) == (2, 2, 0)
+    with RunStore(tmp_path / "out" / "study.sqlite") as store:
+        rows = store.rows()
+    assert [r["report"]["rows"][-1]["packed_with"] for r in rows] == [2, 2]
+    assert len({json.dumps(r["report"]["split"]) for r in rows}) == 2
+
+
 @pytest.mark.parametrize("grid,argv,message", [
     ("method: grid\nparameters:\n  colour: {value: red}\n", [], "unknown parameter 'colour'"),
     ("method: grid\nparameters:\n  M: {values: []}\n", [], "empty grid"),
