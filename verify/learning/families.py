@@ -170,8 +170,10 @@ class TaskFamily(ABC):
 
     @abstractmethod
     def score(self, network: str, f, sides: dict, seed: int, probe_net=None,
-              encode=None) -> tuple[list[Metric], list | None]:
-        """(metric records on every side, the paper's probe (layer, R²) or None)."""
+              encode=None, fast=None) -> tuple[list[Metric], list | None]:
+        """(metric records on every side, the paper's probe (layer, R²) or None). `fast`,
+        when given, is the same network for the sampled metrics (R², RMSE, accuracy):
+        metrics.on_device's copy on the training device; `f` (float64) serves the rest."""
 
     def reference(self, eps: float) -> Reference | None:
         """The network the students are compared with; None when the family has none."""
@@ -270,7 +272,7 @@ class HyperteacherFamily(TaskFamily):
                               sample_eval_tasks(self.teacher, drawn, n_tasks, samples_per_task, rng))
         return sides
 
-    def score(self, network, f, sides, seed, probe_net=None, encode=None):
+    def score(self, network, f, sides, seed, probe_net=None, encode=None, fast=None):
         """Sup error over the side's supports, RMSE and the paper's R² on its sampled
         tasks (and this project's R², which skips (task, output) pairs whose target is
         constant); then the paper's probe, fitted on the in-distribution tasks and scored
@@ -288,7 +290,7 @@ class HyperteacherFamily(TaskFamily):
         encode = encode or self.encode
         out = []
         for side, (supports, samples) in sides.items():
-            pred = predict(f, samples, encode)
+            pred = predict(fast or f, samples, encode)
             r2, used = compositional_r2(pred, samples)
             # The sup error scores the function the R² scores (a transformer's every position),
             # over x for the family's own task weights (refine_z off): z values the training
@@ -415,10 +417,10 @@ class PreferenceFamily(TaskFamily):
             sides[f"k{k}"] = (np.unique(drawn, axis=0), self.episodes(drawn, n_tasks, rng, generator)[1])
         return sides
 
-    def score(self, network, f, sides, seed, probe_net=None, encode=None):
+    def score(self, network, f, sides, seed, probe_net=None, encode=None, fast=None):
         from verify.learning.metrics import probe_r2_rows
 
-        out = []
+        out, f = [], fast or f
         for side, (_, batch) in sides.items():
             logits = batched_predict(f, batch.e.to(_dtype(f)), batch.x.to(_dtype(f))).double()
             acc, acc_all = action_accuracy(logits, batch.y, batch.mask)

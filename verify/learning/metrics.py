@@ -84,6 +84,40 @@ def apply_tasks(f, e: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     return f(torch.cat([e.repeat_interleave(P, dim=0), x.reshape(T * P, -1)], dim=1)).view(T, P, -1)
 
 
+class OnDevice(nn.Module):
+    """A trained student scored where it trained: inputs (float64, on the host) go to
+    `device` in `dtype` (float32: the forward passes, the expensive part of scoring a large
+    student, run on the accelerator), predictions come back as float64 on the host, where R²,
+    RMSE and accuracy are computed. float32's rounding (2^-24 of a value) moves an R² by far
+    less than the 1e-4 that separates runs (tests/test_training_loop.py measures it); the sup
+    measurer, which certifies, keeps the float64 network."""
+
+    def __init__(self, student: nn.Module, device, dtype=torch.float32):
+        super().__init__()
+        self.student, self.device, self.dtype = student.to(device, dtype), torch.device(device), dtype
+
+    def forward(self, rows: torch.Tensor) -> torch.Tensor:
+        with torch.no_grad():
+            return self.student(rows.to(self.device, self.dtype)).to("cpu", torch.float64)
+
+
+class OnDeviceTasks(OnDevice):
+    """OnDevice for a student that reads a task's samples together (forward_tasks)."""
+
+    def forward_tasks(self, e: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        with torch.no_grad():
+            return self.student.forward_tasks(e.to(self.device, self.dtype), x.to(self.device, self.dtype)) \
+                .to("cpu", torch.float64)
+
+
+def on_device(student: nn.Module, device, dtype=torch.float32) -> OnDevice:
+    """A copy of `student` that OnDevice scores on `device` in `dtype`."""
+    import copy
+
+    cls = OnDeviceTasks if hasattr(student, "forward_tasks") else OnDevice
+    return cls(copy.deepcopy(student), device, dtype)
+
+
 class SequenceRows(nn.Module):
     """A student that reads a task's samples as one sequence, as a function of rows
     [e (E), x_1 … x_P (P·I)] -> its P predictions (P·O): the function its R² scores, so

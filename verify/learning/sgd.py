@@ -573,7 +573,8 @@ def finish(prep: Prepared, trained: dict, progress) -> dict:
         probe_net = None if args.student == "hypernetwork" else result.net
         name = f"sgd {shape}"
         with cli.phase(f"evaluate {name}", progress):
-            scored, probe = family.score(name, result.net, prep.sides, args.seed, probe_net)
+            scored, probe = family.score(name, result.net, prep.sides, args.seed, probe_net,
+                                         fast=scoring_copy(result.net, args.device))
         metrics += scored + ratio_records(name, scored, prep.ref_metrics, family.ratio_metrics)
         rows.append(dict(network=name, widths=list(widths) if widths else None,
                          hidden_units=int(sum(widths)) if widths else None,
@@ -592,6 +593,16 @@ def finish(prep: Prepared, trained: dict, progress) -> dict:
     if args.save:
         save(Path(args.save), report, trained)
     return report
+
+
+def scoring_copy(net, device: str):
+    """Where a run's sampled metrics are scored: None (the float64 network itself) for a CPU
+    run, whose numbers stay as they were; a float32 copy on the training device otherwise."""
+    if device == "cpu":
+        return None
+    from verify.learning.metrics import on_device
+
+    return on_device(net, device)
 
 
 def _largest_step(prep: Prepared) -> int:
