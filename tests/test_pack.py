@@ -80,42 +80,10 @@ def test_a_pack_with_a_cosine_schedule_and_all_decay_steps_as_its_runs():
         assert same_losses(p, run) and same_parameters(p.net, run.net)
 
 
-def test_members_checkpoints_are_a_run_alones_and_a_pack_resumes_from_them(tmp_path, monkeypatch):
-    """A pack stopped mid-run resumes from its members' checkpoints to the uninterrupted end;
-    and a member's checkpoint, resumed alone, ends as the run alone does."""
-    def members():
-        return [member(HYPERTEACHER, seed, steps=10, checkpoint=tmp_path / f"{seed}.ckpt") for seed in (0, 1)]
-
-    whole = [alone(m) for m in members()]
-    ticks = iter(range(10**6))
-    monkeypatch.setattr(train, "_clock", lambda: next(ticks))  # 1 s a reading: a save after step 4
-    real, steps = pack._pack_step, []
-
-    def stop_at_six(*a):
-        steps.append(1)
-        if len(steps) == 6:
-            raise KeyboardInterrupt
-        return real(*a)
-
-    monkeypatch.setattr(pack, "_pack_step", stop_at_six)
-    with pytest.raises(KeyboardInterrupt):
-        pack.train_pack(members(), progress=False, log_every=1, checkpoint_seconds=4)
-    monkeypatch.setattr(pack, "_pack_step", real)
-    assert [torch.load(tmp_path / f"{s}.ckpt", weights_only=False)["step"] for s in (0, 1)] == [4, 4]
-    for run, p in zip(whole, pack.train_pack(members(), progress=False, log_every=1, checkpoint_seconds=4),
-                      strict=True):
-        assert same_losses(p, run) and same_parameters(p.net, run.net)
-    # Each member's final checkpoint, read by a run alone: it finds the run done, trains nothing.
-    monkeypatch.setattr(train, "apply_tasks", lambda *a: pytest.fail("trained again"))
-    for seed, run in zip((0, 1), whole, strict=True):
-        m = member(HYPERTEACHER, seed, steps=10)
-        again = train.train_student(m.family, m.train_supports, m.net, m.cfg, progress=False,
-                                    checkpoint=tmp_path / f"{seed}.ckpt")
-        assert same_losses(again, run) and same_parameters(again.net, run.net)
-
-
-def test_a_member_resumed_alone_from_a_packs_checkpoint_continues_as_the_run(tmp_path, monkeypatch):
-    """Stopped mid-pack, then each run finished alone from its own checkpoint."""
+def interrupted_pack(tmp_path, monkeypatch):
+    """Two 10-step runs, trained alone (their uninterrupted results), then as a pack stopped
+    during step 6 under a clock that ticks 1 s a reading (so the checkpoints hold step 4).
+    Returns (fresh members on those checkpoints, a factory of them, the runs alone)."""
     def members():
         return [member(HYPERTEACHER, seed, steps=10, checkpoint=tmp_path / f"{seed}.ckpt") for seed in (0, 1)]
 
@@ -133,6 +101,30 @@ def test_a_member_resumed_alone_from_a_packs_checkpoint_continues_as_the_run(tmp
     monkeypatch.setattr(pack, "_pack_step", stop_at_six)
     with pytest.raises(KeyboardInterrupt):
         pack.train_pack(members(), progress=False, log_every=1, checkpoint_seconds=4)
+    monkeypatch.setattr(pack, "_pack_step", real)
+    assert [torch.load(tmp_path / f"{s}.ckpt", weights_only=False)["step"] for s in (0, 1)] == [4, 4]
+    return members, whole
+
+
+def test_members_checkpoints_are_a_run_alones_and_a_pack_resumes_from_them(tmp_path, monkeypatch):
+    """A pack stopped mid-run resumes from its members' checkpoints to the uninterrupted end;
+    and a member's final checkpoint, read by a run alone, ends as the run alone does."""
+    members, whole = interrupted_pack(tmp_path, monkeypatch)
+    for run, p in zip(whole, pack.train_pack(members(), progress=False, log_every=1, checkpoint_seconds=4),
+                      strict=True):
+        assert same_losses(p, run) and same_parameters(p.net, run.net)
+    # Read by a run alone: it finds the run done, and trains nothing.
+    monkeypatch.setattr(train, "apply_tasks", lambda *a: pytest.fail("trained again"))
+    for seed, run in zip((0, 1), whole, strict=True):
+        m = member(HYPERTEACHER, seed, steps=10)
+        again = train.train_student(m.family, m.train_supports, m.net, m.cfg, progress=False,
+                                    checkpoint=tmp_path / f"{seed}.ckpt")
+        assert same_losses(again, run) and same_parameters(again.net, run.net)
+
+
+def test_a_member_resumed_alone_from_a_packs_checkpoint_continues_as_the_run(tmp_path, monkeypatch):
+    """Stopped mid-pack, then each run finished alone from its own checkpoint."""
+    members, whole = interrupted_pack(tmp_path, monkeypatch)
     for m, run in zip(members(), whole, strict=True):
         rest = train.train_student(m.family, m.train_supports, m.net, m.cfg, progress=False, log_every=1,
                                    checkpoint=m.checkpoint, checkpoint_seconds=10**9)
