@@ -48,6 +48,8 @@ FIGURES: tuple[Entry, ...] = (
     Entry("fig9_studies", "paper_figures.fig9_studies", slow=False),
     # The same for the preference grid's four studies.
     Entry("fig10_preference", "paper_figures.fig10_preference", slow=False),
+    # The width-vs-M study (this project's, issue 22): its cpu store, else the smoke study.
+    Entry("fig11_width_vs_M", "paper_figures.fig11_width_vs_M", slow=False),
 )
 
 

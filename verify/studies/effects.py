@@ -36,6 +36,10 @@ CONVERGED_R2 = FAMILIES["hyperteacher"].convergence[1]  # training R² a hyperte
 # The smallest difference of the headline metric (R², acc_all) called an effect, whatever the
 # seeds' spread.
 MIN_EFFECT = 0.01
+# Studies whose report adds an analysis of their own below the table: study name → the module
+# (imported only for that study) whose analyse_runs(done runs) gives it, as plain data, and whose
+# format_analysis(that) prints it. Every other study's table is unchanged.
+ANALYSES = {"width-vs-M": "verify.studies.width"}
 
 
 def family_of(report: dict):
@@ -172,9 +176,18 @@ def effects_table(study: str, scale: str, out: Path, keys: set[str] | None = Non
                *[c for c in ("paper_held_out_r2", "paper_effect", "effect_vs_random", "agrees")
                  if any(c in r for r in rows)],
                *(["code"] if other or unknown else [])]
-    return dict(study=study, scale=scale, runs_done=len(done), runs_failed=len(failed), group_by=varying,
-                columns=columns, rows=rows, notes=notes, code_fingerprint=fingerprint,
-                runs_other_code=len(other), runs_unknown_code=len(unknown))
+    table = dict(study=study, scale=scale, runs_done=len(done), runs_failed=len(failed), group_by=varying,
+                 columns=columns, rows=rows, notes=notes, code_fingerprint=fingerprint,
+                 runs_other_code=len(other), runs_unknown_code=len(unknown))
+    if study in ANALYSES:
+        table["analysis"] = _analysis_module(study).analyse_runs(done)
+    return table
+
+
+def _analysis_module(study: str):
+    import importlib
+
+    return importlib.import_module(ANALYSES[study])
 
 
 def _support_effects(rows: list[dict], notes: list[str]) -> None:
@@ -229,6 +242,8 @@ def format_markdown(table: dict) -> str:
               for r in table["rows"]]
     if table["notes"]:
         lines += [""] + [f"- {n}" for n in table["notes"]]
+    if "analysis" in table:
+        lines += ["", _analysis_module(table["study"]).format_analysis(table["analysis"])]
     return "\n".join(lines)
 
 

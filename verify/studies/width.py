@@ -1,0 +1,588 @@
+"""Issue 22: the width SGD needs as the number of modules M grows (the width-vs-M study).
+
+The theorem builds a ReLU MLP of 2·I·H·N(ε) + M + H hidden units: a part that depends on ε
+alone (N ~ 1/√ε) and one unit per module. Nothing says SGD finds it; a network that
+memorises every task takes H·Σ_{k≤K} C(M, k) units instead (slope → K on log-log). From a
+study's runs (a ladder of MLP widths at each M) this module computes:
+
+- w*(M): the smallest width at which a held-out metric reaches a threshold (`width_needed`),
+  interpolated linearly in log(width) between the last rung below and the first at or
+  above it; never extrapolated ("not reached"); a first rung that already reaches it is
+  reported as an upper bound ("below the ladder"); a ladder that crosses back is flagged
+  and its first crossing used;
+- per M, each seed's w*, their geometric mean, and an interval over seeds (min–max for one
+  or two seeds, a 95% t-interval on log w* for three or more: `seed_interval` says which);
+- the slope of log w* on log M by least squares over every (seed, M) whose w* was reached,
+  with its 95% interval (t, n − 2 degrees of freedom: `fit_slope`);
+- the construction's hidden units at a matched ε, its 1/√ε-term and its M-term apart
+  (`construction_units`), and the memoriser's, with their slopes over the same M;
+- a verdict (`verdict`) fixed by the baselines alone, never by the data: the whole interval
+  at or below 1 (the construction's M-term) is "construction-like", at or above the
+  memoriser's own slope over the same M (below K at finite M, → K) "memorising", strictly
+  between them "in between", otherwise "undetermined", saying which bound it excludes (a
+  slope of exactly 1 reads "undetermined (memorisation excluded)": its interval straddles 1);
+- the same for the training tasks n*(M) SGD needs at the widest rung of each depth, when the
+  runs vary the held-out fraction there, beside M and all tasks Σ C(M, k) (`analyse`);
+- for each w*, whether the runs on the rungs that set it trained to R² 0.99 (a width that
+  stands in for too few steps is counted in `unconverged`).
+
+Thresholds (CRITERIA): held-out R² ≥ 0.99 and ≥ 0.95 (the official estimator, metric "r2"
+on side "held_out"), and held-out RMSE ≤ 0.15 and ≤ 0.10. The teacher's within-task output
+sd is about 0.5 at every size measured (0.47–0.65 for I = H = O ∈ {2, 4, 16}, K ∈ {2, 3},
+M 4–32, three seeds each), so these RMSEs are about R² 0.91 and 0.96: looser than the R²
+thresholds, for a grid where held-out R² is limited by the training tasks. Matched ε
+(`Criterion.matched_eps`): for RMSE ≤ τ, ε = τ (the construction's certificate bounds its
+sup error, so its RMSE too, by ε: it meets the threshold on every task); for R² ≥ r,
+ε = 0.5·√(1 − r), the RMSE that R² means for an output sd of 0.5.
+
+Everything but `readout_norms` (which draws the study's teachers) is a pure function of
+plain data (numbers, lists, dicts); `analyse` assembles them, `analyse_runs` reads a study
+store's rows, and `format_analysis` prints the result.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+REACHED, BELOW, NOT_REACHED = "reached", "below the ladder", "not reached"
+CONFIDENCE = 0.95
+NETWORK = "sgd custom"  # a width × depth student (verify.sgd --shapes custom)
+TEACHER_OUTPUT_SD = 0.5  # within-task sd of the hyperteacher's outputs, measured (module docstring)
+
+
+# ----------------------------------------------------------------------------- thresholds
+
+@dataclass(frozen=True)
+class Criterion:
+    """A held-out metric and the threshold it must reach."""
+
+    metric: str  # "r2" (higher is better) or "rmse" (lower)
+    threshold: float
+
+    @property
+    def higher_is_better(self) -> bool:
+        return self.metric != "rmse"
+
+    @property
+    def label(self) -> str:
+        name = {"r2": "R²", "rmse": "RMSE"}.get(self.metric, self.metric)
+        return f"held-out {name} {'≥' if self.higher_is_better else '≤'} {self.threshold:g}"
+
+    def reaches(self, value: float) -> bool:
+        return value >= self.threshold if self.higher_is_better else value <= self.threshold
+
+    def matched_eps(self, output_sd: float = TEACHER_OUTPUT_SD) -> float:
+        """The construction's ε set beside this threshold (module docstring)."""
+        if self.metric == "rmse":
+            return self.threshold
+        if self.metric == "r2":
+            return output_sd * math.sqrt(1.0 - self.threshold)
+        raise ValueError(f"no matched ε for metric {self.metric!r}")
+
+
+CRITERIA = (Criterion("r2", 0.99), Criterion("r2", 0.95), Criterion("rmse", 0.15), Criterion("rmse", 0.10))
+
+
+# ----------------------------------------------------------------------------- w* on one ladder
+
+@dataclass(frozen=True)
+class Needed:
+    """Where one ladder reaches a threshold."""
+
+    width: float | None  # w* (an upper bound when status is BELOW; None when NOT_REACHED)
+    status: str  # REACHED, BELOW or NOT_REACHED
+    bracket: tuple[float, float] | None = None  # the rungs w* lies between (REACHED)
+    non_monotone: bool = False  # a rung above the first crossing falls back short of the threshold
+    missing: int = 0  # rungs without a value (left out)
+
+    @property
+    def note(self) -> str:
+        parts = []
+        if self.status == BELOW:
+            parts.append(f"the first rung ({self.width:g}) already reaches it: w* ≤ {self.width:g}")
+        if self.non_monotone:
+            parts.append("not monotone: a wider rung falls back short; the first crossing is used")
+        if self.missing:
+            parts.append(f"{self.missing} rungs without a value left out")
+        return "; ".join(parts)
+
+    def as_dict(self) -> dict:
+        return asdict(self) | dict(note=self.note)
+
+
+def width_needed(widths, values, threshold: float, higher_is_better: bool = True) -> Needed:
+    """The smallest width at which `values` reach `threshold` (≥, or ≤ when not
+    higher_is_better), interpolated linearly in log(width) between the last rung short of it
+    and the first that reaches it. Never extrapolated: a ladder that never reaches it is
+    NOT_REACHED (width None); one whose first rung reaches it is BELOW the ladder (width: the
+    first rung, an upper bound). A None or non-finite value is a rung left out. The widths
+    must be positive and distinct (any order)."""
+    widths = np.asarray(widths, dtype=float)
+    if widths.ndim != 1 or len(widths) != len(values) or not len(widths):
+        raise ValueError("widths and values must be two non-empty lists of one length")
+    if not np.all(np.isfinite(widths) & (widths > 0)) or len(set(widths.tolist())) != len(widths):
+        raise ValueError(f"widths must be positive, finite and distinct, got {widths.tolist()}")
+    have = [v is not None and math.isfinite(v) for v in values]
+    order = [i for i in np.argsort(widths) if have[i]]
+    w = widths[order]
+    v = np.array([values[i] for i in order], dtype=float)
+    missing = len(widths) - len(order)
+    reached = v >= threshold if higher_is_better else v <= threshold
+    if not reached.any():
+        return Needed(None, NOT_REACHED, missing=missing)
+    first = int(np.argmax(reached))
+    non_monotone = not reached[first:].all()
+    if first == 0:
+        return Needed(float(w[0]), BELOW, non_monotone=non_monotone, missing=missing)
+    lo, hi = first - 1, first
+    t = (threshold - v[lo]) / (v[hi] - v[lo])  # in (0, 1]: v[lo] is short of it, v[hi] reaches it
+    log_w = math.log(w[lo]) + t * (math.log(w[hi]) - math.log(w[lo]))
+    return Needed(float(math.exp(log_w)), REACHED, (float(w[lo]), float(w[hi])), non_monotone, missing)
+
+
+# ----------------------------------------------------------------------------- over seeds
+
+def seed_interval(values, confidence: float = CONFIDENCE) -> dict:
+    """The geometric mean of positive `values` (one per seed) and an interval over them: the
+    min–max for one or two values, a t-interval on their logs (n − 1 degrees of freedom)
+    for three or more; `kind` says which."""
+    v = np.asarray(values, dtype=float)
+    if not len(v) or not np.all(np.isfinite(v) & (v > 0)):
+        raise ValueError(f"need positive finite values, got {list(values)}")
+    logs = np.log(v)
+    mean = float(np.exp(logs.mean()))
+    if len(v) < 3:
+        return dict(mean=mean, lo=float(v.min()), hi=float(v.max()), n=len(v),
+                    kind="one seed" if len(v) == 1 else "min–max over seeds")
+    from scipy import stats
+
+    half = stats.t.ppf(0.5 + confidence / 2, len(v) - 1) * logs.std(ddof=1) / math.sqrt(len(v))
+    return dict(mean=mean, lo=float(np.exp(logs.mean() - half)), hi=float(np.exp(logs.mean() + half)),
+                n=len(v), kind=f"{confidence:.0%} t-interval on log w over seeds")
+
+
+def summarise_seeds(needed: list[Needed], confidence: float = CONFIDENCE) -> dict:
+    """One M's w* over seeds: the mean and interval when every seed reached the threshold on
+    the ladder (an upper bound, flagged, where some seed's first rung already did), else
+    None and how many seeds did not."""
+    n = len(needed)
+    short = sum(x.status == NOT_REACHED for x in needed)
+    below = sum(x.status == BELOW for x in needed)
+    out = dict(seeds=n, not_reached=short, below_ladder=below,
+               non_monotone=sum(x.non_monotone for x in needed))
+    if not n or short:
+        return out | dict(mean=None, lo=None, hi=None, kind=None,
+                          status=f"not reached by {short} of {n} seeds" if n else "no runs")
+    status = REACHED if not below else f"upper bound: below the ladder for {below} of {n} seeds"
+    return out | seed_interval([x.width for x in needed], confidence) | dict(status=status,
+                                                                             upper_bound=bool(below))
+
+
+# ----------------------------------------------------------------------------- slopes
+
+def fit_slope(M, w, confidence: float = CONFIDENCE) -> dict:
+    """Least-squares slope of log w on log M with its `confidence` interval (t, n − 2
+    degrees of freedom). Pairs whose w is None, non-finite or ≤ 0 (not reached) are left
+    out; fewer than three pairs, or fewer than three distinct M, is "too few points"."""
+    pairs = [(m.item() if isinstance(m, np.generic) else m, float(x)) for m, x in zip(M, w, strict=True)
+             if x is not None and math.isfinite(x) and x > 0]
+    n, distinct = len(pairs), len({m for m, _ in pairs})
+    base = dict(n=n, n_M=distinct, confidence=confidence, Ms=sorted({m for m, _ in pairs}))
+    if n < 3 or distinct < 3:
+        return base | dict(status="too few points", slope=None, lo=None, hi=None, intercept=None, dof=None,
+                           reason=f"{n} points at {distinct} distinct M; a slope with an interval needs "
+                                  "three or more of each")
+    from scipy import stats
+
+    x = np.log([float(m) for m, _ in pairs])
+    y = np.log([v for _, v in pairs])
+    sxx = float(((x - x.mean()) ** 2).sum())
+    slope = float(((x - x.mean()) * (y - y.mean())).sum() / sxx)
+    intercept = float(y.mean() - slope * x.mean())
+    resid = y - (intercept + slope * x)
+    se = math.sqrt(float((resid ** 2).sum()) / (n - 2) / sxx)
+    half = float(stats.t.ppf(0.5 + confidence / 2, n - 2)) * se
+    return base | dict(status="fitted", slope=slope, lo=slope - half, hi=slope + half, se=se,
+                       intercept=intercept, dof=n - 2)
+
+
+def curve_slope(M, values) -> float | None:
+    """The least-squares log-log slope of a baseline curve (no interval: it is exact)."""
+    if len(set(M)) < 2:
+        return None
+    return float(np.polyfit(np.log(np.asarray(M, float)), np.log(np.asarray(values, float)), 1)[0])
+
+
+def verdict(fit: dict, memorising_slope: float, linear_slope: float = 1.0, *,
+            what: str = "w*", linear: str = "construction-like", memorising: str = "memorising") -> dict:
+    """Which the slope's interval supports: all of it at or below `linear_slope` (the
+    construction's M-term: `linear`), all at or above `memorising_slope` (the memoriser's slope
+    over the same M: `memorising`), all strictly between ("in between"), else "undetermined",
+    with which bound the interval excludes (`excludes_linear`: lo > linear_slope;
+    `excludes_memorising`: hi < memorising_slope). A slope of exactly 1 thus reads
+    "undetermined, memorisation excluded": no finite sample puts it at or below 1. The bounds
+    come from the baselines alone, never from the data. `short`: the call for a table cell."""
+    if fit["status"] != "fitted":
+        reason = fit.get("reason", fit["status"])
+        return dict(call="undetermined", short="undetermined (too few points)", excludes_linear=None,
+                    excludes_memorising=None, text=f"undetermined: {reason}")
+    lo, hi = fit["lo"], fit["hi"]
+    flags = dict(excludes_linear=bool(lo > linear_slope), excludes_memorising=bool(hi < memorising_slope))
+    span = f"slope {fit['slope']:.2f}, {fit['confidence']:.0%} interval [{lo:.2f}, {hi:.2f}]"
+    if hi <= linear_slope:
+        return flags | dict(call=linear, short=linear,
+                            text=f"{linear}: {span} ≤ {linear_slope:g}; {what} grows no faster than linearly "
+                                 "in M, as the construction's M-term")
+    if lo >= memorising_slope:
+        return flags | dict(call=memorising, short=memorising,
+                            text=f"{memorising}: {span} ≥ {memorising_slope:.2f}, the memoriser's slope over "
+                                 "these M")
+    if flags["excludes_linear"] and flags["excludes_memorising"]:
+        return flags | dict(call="in between", short="in between",
+                            text=f"in between: {span}, above {linear_slope:g} and below the memoriser's "
+                                 f"{memorising_slope:.2f}")
+    if flags["excludes_memorising"]:
+        why, short = (f"contains {linear_slope:g}; memorisation ({memorising_slope:.2f}) excluded",
+                      "memorisation excluded")
+    elif flags["excludes_linear"]:
+        why, short = (f"contains the memoriser's {memorising_slope:.2f}; linear ({linear_slope:g}) excluded",
+                      "linear excluded")
+    else:
+        why, short = (f"contains both {linear_slope:g} and the memoriser's {memorising_slope:.2f}",
+                      "neither excluded")
+    return flags | dict(call="undetermined", short=f"undetermined ({short})",
+                        text=f"undetermined: {span} {why}")
+
+
+# ----------------------------------------------------------------------------- baselines
+
+def construction_units(I: int, H: int, M: int, K: int, eps: float, a: float, C: float | None = None) -> dict:
+    """The shallow construction's hidden units at ε (theory.bounds, the formula build_shallow
+    builds): 2·I·H·N (the 1/√ε-term: N = ⌈√(I·C·a/ε)⌉ knots per square), M (the M-term: one
+    carry unit per module) and H (the teacher's layer). C: the a-priori √K·C_W by default;
+    a: the teacher's readout norm max_o Σ_h |A_ho| (readout_norms)."""
+    from theory.bounds import N_for_eps, apriori_C, hidden_units
+
+    C = apriori_C(I, K) if C is None else C
+    N = N_for_eps(I, C, a, eps)
+    units = hidden_units(I, H, M, N, "theorem")
+    return dict(M=M, eps=eps, N=N, eps_term=units.squares, M_term=units.carry, H_term=units.teacher,
+                total=units.total)
+
+
+def memorisation_units(M: int, K: int, H: int) -> int:
+    """H·Σ_{k=1..K} C(M, k): a copy of the teacher's H units per task."""
+    from theory.bounds import memorization_hidden_units
+
+    return memorization_hidden_units(M, K, H)
+
+
+def readout_norms(I: int, H: int, O: int, K: int, seeds) -> dict[int, float]:
+    """Each seed's teacher readout norm a (the construction's constant; the readout A is drawn
+    from a stream of its own, so a does not depend on M)."""
+    from constructions.base import construction_constants
+    from constructions.tasks.hyperteacher import HyperteacherConfig, sample_hyperteacher
+
+    return {int(s): construction_constants(sample_hyperteacher(
+        HyperteacherConfig(I=I, H=H, O=O, M=K, K=K, seed=int(s))), "apriori")[1] for s in seeds}
+
+
+# ----------------------------------------------------------------------------- a study's runs
+
+def points_of(runs: list[dict]) -> list[dict]:
+    """One plain record per done run of a width × depth MLP on the hyperteacher (store rows,
+    as RunStore.rows gives them): its settings and its held-out R², RMSE and training R²."""
+    from verify.learning.records import lookup, records_of
+
+    out = []
+    for r in runs:
+        c, report = r["config"], r.get("report")
+        widths = c.get("widths") or []
+        if (r.get("status") != "done" or report is None or c.get("family", "hyperteacher") != "hyperteacher"
+                or not widths or len(set(widths)) != 1):
+            continue
+        metrics = records_of(report)
+        out.append(dict(M=c["M"], K=c["K"], I=c["I"], H=c["H"], O=c["O"], seed=c["seed"],
+                        held_out=c["held_out"], depth=len(widths), width=widths[0],
+                        n_train=report["split"]["n_train"],
+                        r2=lookup(metrics, NETWORK, "held_out", "r2", None),
+                        rmse=lookup(metrics, NETWORK, "held_out", "rmse", None),
+                        train_r2=lookup(metrics, NETWORK, "train", "r2", None)))
+    return out
+
+
+def _one(points: list[dict], key: str):
+    values = sorted({p[key] for p in points})
+    if len(values) != 1:
+        raise ValueError(f"the runs mix {key} = {values}; analyse one teacher size at a time")
+    return values[0]
+
+
+def _mean_sd(values) -> tuple[float | None, float | None]:
+    v = [x for x in values if x is not None and math.isfinite(x)]
+    if not v:
+        return None, None
+    return float(np.mean(v)), float(np.std(v, ddof=1)) if len(v) > 1 else 0.0
+
+
+def _ladders(points: list[dict], axis: str) -> dict[tuple, dict[int, list[dict]]]:
+    """Points grouped into ladders along `axis` (width or n_train): (the other settings) →
+    seed → that seed's points."""
+    fixed = ("held_out", "depth", "M") if axis == "width" else ("depth", "width", "M")
+    out: dict[tuple, dict[int, list[dict]]] = {}
+    for p in points:
+        out.setdefault(tuple(p[k] for k in fixed), {}).setdefault(p["seed"], []).append(p)
+    return out
+
+
+def _needed_on(ladder: list[dict], axis: str, criterion: Criterion) -> Needed:
+    rungs: dict[float, list] = {}  # a rung run twice (two fractions giving one n_train): its mean
+    for p in ladder:
+        rungs.setdefault(float(p[axis]), []).append(p[criterion.metric])
+    xs = sorted(rungs)
+    values = [_mean_sd(rungs[x])[0] for x in xs]
+    return width_needed(xs, values, criterion.threshold, criterion.higher_is_better)
+
+
+def _converged_at(ladder: list[dict], axis: str, needed: Needed, converged_r2: float) -> bool | None:
+    """Whether the runs on the rungs that set w* (the two bracketing it, or the first) trained
+    to `converged_r2`; None when it was not reached."""
+    rungs = needed.bracket or ((needed.width,) if needed.status == BELOW else ())
+    runs = [p for p in ladder if float(p[axis]) in rungs]
+    if not runs:
+        return None
+    return all(p["train_r2"] is not None and p["train_r2"] >= converged_r2 for p in runs)
+
+
+def _needed_table(ladders: dict, axis: str, criterion: Criterion, group: tuple,
+                  converged_r2: float) -> list[dict]:
+    """Per M of one group (its settings but M): each seed's w* (or n*), whether the runs that
+    set it converged, and their summary over seeds."""
+    rows = []
+    for key in sorted(k for k in ladders if k[:-1] == group):
+        seeds = ladders[key]
+        needed = {s: _needed_on(seeds[s], axis, criterion) for s in sorted(seeds)}
+        per_seed = {s: n.as_dict() | dict(converged=_converged_at(seeds[s], axis, n, converged_r2))
+                    for s, n in needed.items()}
+        rows.append(dict(M=key[-1], per_seed=per_seed, **summarise_seeds(list(needed.values())),
+                         unconverged=sum(n["converged"] is False for n in per_seed.values())))
+    return rows
+
+
+def _fit_of(rows: list[dict]) -> dict:
+    """The slope over every (seed, M) whose value was reached on the ladder (not an upper bound)."""
+    pairs = [(r["M"], n["width"]) for r in rows for n in r["per_seed"].values() if n["status"] == REACHED]
+    return fit_slope([m for m, _ in pairs], [w for _, w in pairs])
+
+
+def analyse(points: list[dict], criteria=CRITERIA, norms: dict[int, float] | None = None,
+            output_sd: float = TEACHER_OUTPUT_SD) -> dict:
+    """The whole analysis of a study's points (points_of): w*(M) per held-out fraction,
+    depth and criterion, its slope and verdict beside the construction's and the memoriser's,
+    the training tasks needed where the runs vary the held-out fraction at a fixed width, and
+    each ladder's mean curves (for the figure). `norms`: each seed's readout norm a
+    (readout_norms); without them the construction's units are left out."""
+    from theory.bounds import n_tasks
+    from verify.learning.families import FAMILIES
+
+    converged_r2 = FAMILIES["hyperteacher"].convergence[1]  # training R² a run must reach
+    if not points:
+        return dict(runs=0, notes=["no finished run of a width × depth MLP on the hyperteacher"])
+    I, H, O, K = (_one(points, k) for k in ("I", "H", "O", "K"))
+    Ms = sorted({p["M"] for p in points})
+    seeds = sorted({p["seed"] for p in points})
+    criteria = list(criteria)
+    notes = []
+
+    construction = []
+    if norms is not None:
+        for c in criteria:
+            eps = c.matched_eps(output_sd)
+            per_M = []
+            for M in Ms:
+                per_seed = [construction_units(I, H, M, K, eps, norms[s]) for s in seeds]
+                per_M.append(dict(M=M, eps=eps, N=[u["N"] for u in per_seed],
+                                  eps_term=float(np.mean([u["eps_term"] for u in per_seed])), M_term=M,
+                                  H_term=H, total=float(np.mean([u["total"] for u in per_seed]))))
+            construction.append(dict(criterion=c.label, eps=eps, per_M=per_M,
+                                     slope=curve_slope(Ms, [u["total"] for u in per_M]),
+                                     M_term_slope=curve_slope(Ms, Ms)))
+    memorisation = dict(per_M=[dict(M=M, units=memorisation_units(M, K, H)) for M in Ms], asymptotic_slope=K)
+    memorisation["slope"] = curve_slope(Ms, [u["units"] for u in memorisation["per_M"]])
+
+    def memo_slope(fit):
+        over = fit["Ms"] if fit["status"] == "fitted" else Ms
+        return curve_slope(over, [memorisation_units(M, K, H) for M in over]) or float(K)
+
+    def constr_slope(fit, index):
+        if not construction:
+            return None
+        over = fit["Ms"] if fit["status"] == "fitted" else Ms
+        per = {u["M"]: u["total"] for u in construction[index]["per_M"]}
+        return curve_slope(over, [per[M] for M in over])
+
+    widths = []
+    ladders = _ladders(points, "width")
+    for held_out in sorted({p["held_out"] for p in points}):
+        for depth in sorted({p["depth"] for p in points}):
+            for i, c in enumerate(criteria):
+                rows = _needed_table(ladders, "width", c, (held_out, depth), converged_r2)
+                if not rows:
+                    continue
+                fit = _fit_of(rows)
+                memo = memo_slope(fit)
+                widths.append(dict(held_out=held_out, depth=depth, criterion=c.label, metric=c.metric,
+                                   threshold=c.threshold, per_M=rows, fit=fit,
+                                   unconverged=sum(r["unconverged"] for r in rows),
+                                   construction_slope=constr_slope(fit, i), memorisation_slope=memo,
+                                   verdict=verdict(fit, memo)))
+
+    tasks = []
+    by_n = _ladders(points, "n_train")
+    varied = {k[:2] for k, seeds_of in by_n.items() if any(len({p["n_train"] for p in s}) > 1
+                                                            for s in seeds_of.values())}
+    widest = {d: max(w for dd, w in varied if dd == d) for d, _ in varied}  # the widest rung per depth
+    for depth, width in sorted(widest.items()):
+        for c in criteria:
+            rows = _needed_table(by_n, "n_train", c, (depth, width), converged_r2)
+            fit = _fit_of(rows)
+            over = fit["Ms"] if fit["status"] == "fitted" else Ms
+            all_slope = curve_slope(over, [n_tasks(M, K) for M in over]) or float(K)
+            tasks.append(dict(depth=depth, width=width, criterion=c.label, metric=c.metric,
+                              threshold=c.threshold, per_M=rows, fit=fit, all_tasks_slope=all_slope,
+                              unconverged=sum(r["unconverged"] for r in rows),
+                              all_tasks=[dict(M=M, tasks=n_tasks(M, K)) for M in Ms],
+                              verdict=verdict(fit, all_slope, what="n*", linear="linear in M",
+                                              memorising="a fixed share of all tasks")))
+    if not tasks:
+        notes.append("training tasks needed: the runs vary no held-out fraction at a fixed width and M")
+
+    curves = []
+    for (held_out, depth, M), of_seed in sorted(ladders.items()):
+        by_width: dict[int, list[dict]] = {}
+        for p in (p for ps in of_seed.values() for p in ps):
+            by_width.setdefault(p["width"], []).append(p)
+        ws = sorted(by_width)
+        stats = {m: [_mean_sd([p[m] for p in by_width[w]]) for w in ws] for m in ("r2", "rmse", "train_r2")}
+        curves.append(dict(held_out=held_out, depth=depth, M=M, width=ws,
+                           n_train=[by_width[w][0]["n_train"] for w in ws], seeds=len(of_seed),
+                           **{f"{m}_{k}": [s[j] for s in stats[m]] for m in stats
+                              for j, k in enumerate(("mean", "sd"))}))
+    unconverged = [p for p in points if p["train_r2"] is None or p["train_r2"] < converged_r2]
+    if unconverged:
+        notes.append(f"{len(unconverged)} of {len(points)} runs did not converge (training R² < "
+                     f"{converged_r2}); column `unconverged`: how many w* rest on such a run (the rungs "
+                     "that set it), where the width may stand in for too few steps")
+    notes.append("w*: width of each of the `depth` hidden layers; the fit uses every (seed, M) whose w* was "
+                 "reached inside the ladder (not an upper bound); the construction and the memoriser are "
+                 "hidden units in all")
+    return dict(runs=len(points), teacher=dict(I=I, H=H, O=O, K=K), Ms=Ms, seeds=seeds,
+                criteria=[dict(metric=c.metric, threshold=c.threshold, label=c.label,
+                               higher_is_better=c.higher_is_better, eps=c.matched_eps(output_sd))
+                          for c in criteria],
+                output_sd=output_sd, construction=construction, memorisation=memorisation, widths=widths,
+                tasks=tasks, curves=curves, notes=notes)
+
+
+def analyse_runs(runs: list[dict]) -> dict:
+    """analyse() of a study store's rows, with the construction's units for its teachers."""
+    points = points_of(runs)
+    if not points:
+        return analyse(points)
+    sizes = {k: _one(points, k) for k in ("I", "H", "O", "K")}
+    return analyse(points, norms=readout_norms(sizes["I"], sizes["H"], sizes["O"], sizes["K"],
+                                               sorted({p["seed"] for p in points})))
+
+
+# ----------------------------------------------------------------------------- text
+
+def _w(x: float | None) -> str:
+    return "—" if x is None else f"{x:.3g}"
+
+
+def _mean_cell(r: dict) -> str:
+    """One M's w* (or n*) over seeds: mean [interval], ≤ for an upper bound, — when not reached."""
+    if r["mean"] is None:
+        return f"— ({r['not_reached']}/{r['seeds']} short)" if r["seeds"] else "no runs"
+    mark = "≤ " if r.get("upper_bound") else ""
+    star = "*" if r["non_monotone"] else ""
+    if r["seeds"] == 1:
+        return f"{mark}{_w(r['mean'])}{star}"
+    return f"{mark}{_w(r['mean'])} [{_w(r['lo'])}, {_w(r['hi'])}]{star}"
+
+
+def _slope_cell(fit: dict) -> str:
+    if fit["status"] != "fitted":
+        return f"too few points ({fit['n']} at {fit['n_M']} M)"
+    return f"{fit['slope']:.2f} [{fit['lo']:.2f}, {fit['hi']:.2f}] ({fit['n']} at {fit['n_M']} M)"
+
+
+def _slope(x: float | None) -> str:
+    return "—" if x is None else f"{x:.2f}"
+
+
+def _by_M(title: str, rows: list[tuple[str, list[dict]]], Ms: list) -> list[str]:
+    """A table of one row per (criterion, depth), one column per M."""
+    out = ["", title, "", "| | " + " | ".join(f"M = {M}" for M in Ms) + " |", "|---|" + "---|" * len(Ms)]
+    for label, per_M in rows:
+        cells = {r["M"]: _mean_cell(r) for r in per_M}
+        out.append(f"| {label} | " + " | ".join(cells.get(M, "—") for M in Ms) + " |")
+    return out
+
+
+def format_analysis(a: dict) -> str:
+    """The analysis as markdown: the slopes and verdicts, the baselines, then w*(M) itself."""
+    lines = ["## The width SGD needs as M grows (issue 22; verify/studies/width.py)", ""]
+    if not a.get("runs"):
+        return "\n".join(lines + [f"- {n}" for n in a.get("notes", [])])
+    t, Ms, K = a["teacher"], a["Ms"], a["teacher"]["K"]
+    kinds = sorted({r["kind"] for w in [*a["widths"], *a["tasks"]] for r in w["per_M"] if r["kind"]})
+    lines += [f"teacher I = {t['I']}, H = {t['H']}, O = {t['O']}, K = {K}; M = {', '.join(map(str, Ms))}; "
+              f"seeds {', '.join(map(str, a['seeds']))}; {a['runs']} runs. w*: the width of each hidden "
+              "layer at which the held-out metric reaches the threshold (linear in log width between two "
+              "rungs, never extrapolated). Slopes: log w* on log M, 95% CI (t, n − 2 dof), over every "
+              "(seed, M) reached; the baselines' over the same M (construction: hidden units at the "
+              f"matched ε; memoriser: H·Σ C(M,k), → {K}).", "",
+              "| w* of | depth | held out | slope [95% CI] (points) | construction | memoriser | verdict | "
+              "unconverged |", "|---|---|---|---|---|---|---|---|"]
+    for w in a["widths"]:
+        lines.append(f"| {w['criterion']} | {w['depth']} | {w['held_out']:g} | {_slope_cell(w['fit'])} | "
+                     f"{_slope(w['construction_slope'])} | {_slope(w['memorisation_slope'])} | "
+                     f"{w['verdict']['short']} | {w['unconverged']} |")
+    for w in a["tasks"]:
+        lines.append(f"| training tasks n*: {w['criterion']} | {w['depth']}×{w['width']} | varied | "
+                     f"{_slope_cell(w['fit'])} | M: 1 | all tasks: {_slope(w['all_tasks_slope'])} | "
+                     f"{w['verdict']['short']} | {w['unconverged']} |")
+    memo = {u["M"]: u["units"] for u in a["memorisation"]["per_M"]}
+    lines += ["", "Hidden units of the baselines: the construction's 2·I·H·N (1/√ε-term, the same at every "
+              "M) + M (M-term) + H, at ε matched to each threshold; the memoriser's H·Σ_(k≤K) C(M,k)", "",
+              "| | " + " | ".join(f"M = {M}" for M in Ms) + " | slope |", "|---|" + "---|" * (len(Ms) + 1)]
+    for c in a["construction"]:
+        cells = [f"{u['eps_term']:.0f} + {u['M_term']} + {u['H_term']}" for u in c["per_M"]]
+        lines.append(f"| construction, ε = {c['eps']:.3g} ({c['criterion']}) | " + " | ".join(cells)
+                     + f" | {_slope(c['slope'])} |")
+    lines.append("| memoriser | " + " | ".join(str(memo[M]) for M in Ms)
+                 + f" | {_slope(a['memorisation']['slope'])} |")
+    for held_out in sorted({w["held_out"] for w in a["widths"]}):
+        rows = [(f"{w['criterion']}, depth {w['depth']}", w["per_M"]) for w in a["widths"]
+                if w["held_out"] == held_out]
+        lines += _by_M(f"w*(M), held-out fraction {held_out:g}: mean over seeds [interval]", rows, Ms)
+    if a["tasks"]:
+        rows = [(f"{w['criterion']}, {w['depth']}×{w['width']}", w["per_M"]) for w in a["tasks"]]
+        all_tasks = {u["M"]: u["tasks"] for u in a["tasks"][0]["all_tasks"]}
+        lines += _by_M("training tasks needed n*(M) at the widest rung (the held-out fractions vary): "
+                       "mean over seeds [interval]", rows, Ms)
+        lines.append("| all tasks Σ C(M,k) | " + " | ".join(str(all_tasks[M]) for M in Ms) + " |")
+    lines += ["", "- cells: geometric mean over seeds [interval: " + (", ".join(kinds) or "—") + "]; "
+              "≤: some seed's first rung already reached it (an upper bound); —: some seed never reached it "
+              "(n/N short); *: a ladder not monotone (its first crossing used)"]
+    lines += [f"- w*, {w['criterion']}, depth {w['depth']}, held out {w['held_out']:g}: "
+              f"{w['verdict']['text']}"
+              for w in a["widths"] if w["fit"]["status"] == "fitted"]
+    lines += [f"- n*, {w['criterion']}, {w['depth']}×{w['width']}: {w['verdict']['text']}"
+              for w in a["tasks"] if w["fit"]["status"] == "fitted"]
+    lines += [f"- {n}" for n in a["notes"]]
+    return "\n".join(lines)
