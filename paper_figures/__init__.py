@@ -17,6 +17,8 @@ fig9_studies                the paper's sweeps from the study stores (verify.stu
 fig10_preference            the preference grid's sweeps from its study stores: held-out acc_all vs
                             training tasks, vs width per encoding, per support kind, MLP vs
                             transformer; convergence; held-out per-step acc against acc_all
+fig11_width_vs_M            the width SGD needs, w*(M), against the construction's units and the
+                            memoriser's (the width-vs-M study: this project's, issue 22)
 
 This package imports nothing heavy: `python -m paper_figures --help` answers before torch
 or matplotlib is loaded.
