@@ -626,12 +626,15 @@ def _ray(pending: list[Run], out: Path, how: Execution, on_start):
     finish."""
     import ray
 
-    task = ray.remote(_execute_unit).options(num_cpus=1, num_gpus=how.gpus_per_run, max_retries=0)
+    # Named for what it runs: Ray logs ":task_name:run_one" (or run_pack) as a task begins.
+    task = ray.remote(_execute_unit)
+    one, pack = (task.options(name=name, num_cpus=1, num_gpus=how.gpus_per_run, max_retries=0)
+                 for name in ("run_one", "run_pack"))
     in_flight = {}
     for unit in units(pending, how.pack):
         for run in unit:
             on_start(run)
-        in_flight[task.remote(unit, out, how)] = unit
+        in_flight[(one if len(unit) == 1 else pack).remote(unit, out, how)] = unit
     while in_flight:
         ready, _ = ray.wait(list(in_flight), num_returns=1)
         unit = in_flight.pop(ready[0])
