@@ -242,13 +242,11 @@ def _pack_step(forward, stack: _Stack, batches: list[Batch], loss_of, autocast) 
 
 
 def _save_members(members, stack, fingerprints, batches, generators, done, running, step, seconds) -> None:
-    values = running.tolist()
+    """Each member's checkpoint, in the format a run alone writes."""
     for i, m in enumerate(members):
         if m.checkpoint is None:
             continue
-        done[i].step, done[i].seconds = step, seconds
-        done[i].running = running[i]
+        done[i].step, done[i].seconds, done[i].running = step, seconds, running[i]
         net_state, opt_state = stack.member_state(i)
         train.save_checkpoint(m.checkpoint, fingerprints[i], net_state, opt_state, batches[i], generators[i],
                               done[i])
-        done[i].running = torch.tensor(values[i], dtype=torch.float64, device=running.device)
