@@ -32,7 +32,7 @@ import torch
 from torch import nn
 
 from constructions.tasks.hyperteacher import DISCRETE_LEVELS, dense_latents, support_weights
-from verify.learning.metrics import random_supports
+from verify.learning.metrics import predict_tasks, random_supports
 from verify.learning.records import Metric
 from verify.names import FAMILY_NAMES
 
@@ -107,16 +107,6 @@ def eval_latents(supports: np.ndarray, n_tasks: int, weights: str, M: int,
     its own weights."""
     drawn = supports[rng.integers(0, len(supports), n_tasks)]
     return drawn, dense_latents(drawn, support_weights(drawn, weights, rng), M)
-
-
-def batched_predict(f, e: torch.Tensor, x: torch.Tensor, batch_rows: int = 8192) -> torch.Tensor:
-    """f's predictions for every task, a few thousand rows at a time."""
-    from verify.learning.metrics import apply_tasks
-
-    T, P, _ = x.shape
-    step = max(1, batch_rows // P)
-    with torch.no_grad():
-        return torch.cat([apply_tasks(f, e[s:s + step], x[s:s + step]) for s in range(0, T, step)])
 
 
 class TaskFamily(ABC):
@@ -422,7 +412,7 @@ class PreferenceFamily(TaskFamily):
 
         out, f = [], fast or f
         for side, (_, batch) in sides.items():
-            logits = batched_predict(f, batch.e.to(_dtype(f)), batch.x.to(_dtype(f))).double()
+            logits = predict_tasks(f, batch.e.to(_dtype(f)), batch.x.to(_dtype(f))).double()
             acc, acc_all = action_accuracy(logits, batch.y, batch.mask)
             out += [Metric(network, side, "acc", acc), Metric(network, side, "acc_all", acc_all),
                     Metric(network, side, "loss", float(masked_cross_entropy(logits, batch.y, batch.mask)))]

@@ -178,12 +178,18 @@ def sup_error(f, teacher: Hyperteacher, encode, supports: np.ndarray, samples_pe
                              budget=budget, **measure)
 
 
-def predict(f, samples: TaskSamples, encode, batch_rows: int = 8192) -> torch.Tensor:
-    T, P, _ = samples.x.shape
+def predict_tasks(f, e: torch.Tensor, x: torch.Tensor, batch_rows: int = 8192) -> torch.Tensor:
+    """f's predictions (T, P, O) for encodings e (T, E) and samples x (T, P, I), a few
+    thousand rows at a time (the whole evaluation set at once would not fit a GPU)."""
+    T, P, _ = x.shape
     step = max(1, batch_rows // P)
     with torch.no_grad():
-        e = encode(samples.z)
-        return torch.cat([apply_tasks(f, e[s:s + step], samples.x[s:s + step]) for s in range(0, T, step)])
+        return torch.cat([apply_tasks(f, e[s:s + step], x[s:s + step]) for s in range(0, T, step)])
+
+
+def predict(f, samples: TaskSamples, encode, batch_rows: int = 8192) -> torch.Tensor:
+    with torch.no_grad():
+        return predict_tasks(f, encode(samples.z), samples.x, batch_rows)
 
 
 def rmse(pred: torch.Tensor, samples: TaskSamples) -> float:
