@@ -167,6 +167,9 @@ def test_a_pack_is_one_ray_task_whose_runs_are_stored_one_by_one(tmp_path):
     ("method: grid\nparameters:\n  M: {value: 4}\n  K: {value: 5}\n", [], "at most"),
     ("method: grid\nparameters:\n  M: {value: 4}\n", ["--scale", "huge"], "invalid choice"),
     ("method: grid\nparameters: [\n", [], "not valid YAML"),
+    ("method: grid\nparameters:\n  M: {value: 4}\nalso: {M: 5}\n", [], "list of `parameters:` blocks"),
+    ("method: grid\nparameters:\n  M: {value: 4}\nalso:\n  - parameters: {colour: {value: red}}\n", [],
+     "also[0]: unknown parameter 'colour'"),
     (None, ["--engine", "ray", "--address", "ray://127.0.0.1:1"], "nothing answers at 127.0.0.1:1"),
     (None, ["--engine", "ray", "--address", "127.0.0.1:1"], "nothing answers at 127.0.0.1:1"),
     (None, ["--engine", "ray", "--address", "somewhere"], "expected auto, ray://HOST:PORT or HOST:PORT"),
@@ -185,6 +188,23 @@ def test_bad_studies_are_refused_with_one_line(tmp_path, capsys, grid, argv, mes
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "Traceback" not in err and message in err, err
     assert not (out / "study.sqlite").exists()
+
+
+def test_also_adds_grids_beside_the_main_one_without_multiplying_it(tmp_path):
+    """A ladder along width at every M, and one along the held-out fraction at the widest rung
+    only: 2 × 2 + 2 × 2 runs, one of each extra ladder's points already in the main grid."""
+    path = tmp_path / "also.yaml"
+    path.write_text(TINY_GRID.replace("HELD_OUT", "[0.25]").replace("SEEDS", "[1]").replace("STEPS", "5")
+                    .replace("  M: {value: 4}", "  M: {values: [4, 5]}")
+                    .replace("  width: {value: 4}", "  width: {values: [2, 4]}")
+                    + "scales:\n  smoke:\n    parameters: {steps: {value: 3}}\n    also:\n"
+                    "      - parameters: {width: {value: 4}, held_out: {values: [0.25, 0.5]}}\n")
+    _, runs = study.expand(str(path), "smoke")
+    points = sorted((r.params["M"], r.params["width"], r.params["held_out"]) for r in runs)
+    assert points == [(4, 2, 0.25), (4, 4, 0.25), (4, 4, 0.5), (5, 2, 0.25), (5, 4, 0.25), (5, 4, 0.5)]
+    assert {r.params["steps"] for r in runs} == {3}  # the scale's own parameters hold in its `also` too
+    # The paper scale has no `also` here: the main grid alone.
+    assert len(study.expand(str(path), "paper")[1]) == 4
 
 
 def test_unknown_study_and_missing_results_are_usage_errors(tmp_path, capsys):

@@ -4,6 +4,8 @@ A study is a grid file in the official sweeps' YAML format (`method: grid`, `par
 name: {values: [...]}` or `{value: x}`) whose names are verify.sgd's flags (`held_out` for
 --held-out; `width` and `depth` make an MLP of `depth` equal layers). Its `parameters`
 are the paper's grid and length; `scales: cpu:` and `scales: smoke:` override some of them.
+An optional `also:` (top level for the paper scale, under a scale for that scale) adds
+grids beside the main one; the runs are the union (load_study).
 Each grid point is one verify.sgd run, keyed by a hash of its resolved configuration; its
 stored result also records the code that made it (the project's version and a fingerprint
 of the modules that train and score a run), so results made by other code are marked.
@@ -113,8 +115,14 @@ def _grid_entries(where: str, parameters, known) -> dict[str, list]:
     return out
 
 
-def load_study(name: str, scale: str) -> tuple[str, dict[str, list]]:
-    """(the study's name, its grid at `scale`: parameter → values), checked."""
+def load_study(name: str, scale: str) -> tuple[str, list[dict[str, list]]]:
+    """(the study's name, its grids at `scale`: each a mapping parameter → values), checked.
+
+    A scale's `also:` (a list of `parameters:` blocks) adds grids beside the scale's own: each
+    is the scale's grid with that block's parameters replacing or adding to it. The runs are
+    the union of the grids' products (a run in two of them is run once). This lets a study
+    add a ladder along one parameter at a few points of another without multiplying every
+    run (width-vs-M: a held-out-fraction ladder at the widest rung only)."""
     import yaml
 
     path = study_file(name)
@@ -132,11 +140,20 @@ def load_study(name: str, scale: str) -> tuple[str, dict[str, list]]:
     unknown = set(scales) - set(SCALES[1:])
     if unknown:
         raise UsageError(f"{path}: unknown scale {sorted(unknown)[0]!r} under `scales` (allowed: cpu, smoke)")
+    also = study.get("also") or []
     if scale != "paper":
         if scale not in scales:
             raise UsageError(f"{path}: the study has no {scale!r} scale")
-        grid |= _grid_entries(f"{path} (scale {scale})", (scales[scale] or {}).get("parameters"), known)
-    return str(study.get("name") or path.stem), grid
+        where = f"{path} (scale {scale})"
+        block = scales[scale] or {}
+        grid |= _grid_entries(where, block.get("parameters"), known)
+        also = block.get("also") or []
+    else:
+        where = str(path)
+    if not isinstance(also, list) or not all(isinstance(a, dict) and set(a) == {"parameters"} for a in also):
+        raise UsageError(f"{where}: `also` must be a list of `parameters:` blocks")
+    extra = [grid | _grid_entries(f"{where}, also[{i}]", a["parameters"], known) for i, a in enumerate(also)]
+    return str(study.get("name") or path.stem), [grid, *extra]
 
 
 @functools.cache
@@ -183,10 +200,11 @@ def expand(name: str, scale: str) -> tuple[str, list[Run]]:
     from verify.learning import sgd
     from verify.studies.store import config_key
 
-    study, grid = load_study(name, scale)
+    study, grids = load_study(name, scale)
     runs, seen, used = [], set(), set()
-    for values in itertools.product(*grid.values()):
-        params = dict(zip(grid, values, strict=True))
+    points = (dict(zip(grid, values, strict=True))
+              for grid in grids for values in itertools.product(*grid.values()))
+    for params in points:
         used |= set(own_parameters(params))
         argv = sgd_argv(params)
         try:
@@ -199,7 +217,7 @@ def expand(name: str, scale: str) -> tuple[str, list[Run]]:
             seen.add(key)
             runs.append(Run(key, params, config, tuple(argv)))
     # A parameter that no grid point's student or family takes would be silently ignored.
-    unused = sorted(set(grid) - used)
+    unused = sorted(set().union(*grids) - used)
     if unused:
         raise UsageError(f"study {study}: parameter {unused[0]!r} applies to no grid point (its task family "
                          "or student is never selected)")
