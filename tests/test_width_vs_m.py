@@ -250,6 +250,20 @@ def test_the_training_tasks_needed_come_from_the_held_out_ladder_at_the_widest_r
     assert a["construction"] == []  # no readout norms given: no construction
 
 
+def test_the_in_distribution_criterion_reads_the_training_side_not_the_held_out_one():
+    """Training R² planted at slope 2 (a memoriser's), held-out R² at slope 1: each criterion
+    finds its own, and the in-distribution one adds no training-tasks ladder."""
+    pts = points({2: (1.0, 1.0)}, MS, [2, 4, 8, 16, 32, 64, 128, 256, 512], seeds=[1], held_outs=(0.25, 0.5))
+    for p in pts:
+        p["train_r2"] = 0.99 + 0.04 * (math.log(p["width"]) - 2 * math.log(p["M"]) + math.log(4))
+    a = width.analyse(pts, criteria=[Criterion("r2", 0.95), Criterion("train_r2", 0.99)])
+    fits = {(w["metric"], w["held_out"]): w["fit"] for w in a["widths"]}
+    assert fits[("r2", 0.25)]["slope"] == pytest.approx(1.0, abs=0.05)
+    assert fits[("train_r2", 0.25)]["slope"] == pytest.approx(2.0, abs=0.05)
+    assert [w["metric"] for w in a["tasks"]] == ["r2"]
+    assert "in-distribution R² ≥ 0.99" in width.format_analysis(a)
+
+
 # ----------------------------------------------------------------------------- stores, report, figure
 
 def hand_made(config: dict, r2: float, rmse: float, train_r2: float = 0.995) -> dict:
@@ -350,7 +364,8 @@ def test_the_smoke_study_runs_end_to_end_then_report_and_figure_read_it(here, ca
     assert study.main(["report", STUDY, "--scale", "smoke", "--json"]) == 0
     a = json.loads(capsys.readouterr().out)["analysis"]
     assert a["runs"] == 36 and a["Ms"] == [3, 4, 6]
-    assert len(a["widths"]) == 2 * 2 * 4 and len(a["tasks"]) == 2 * 4  # fractions × depths × thresholds
+    # fractions × depths × thresholds (held-out and in-distribution); n*: held-out thresholds only
+    assert len(a["widths"]) == 2 * 2 * 6 and len(a["tasks"]) == 2 * 4
     assert [u["M_term"] for u in a["construction"][0]["per_M"]] == [3, 4, 6]
     assert [u["units"] for u in a["memorisation"]["per_M"]] == [2 * 6, 2 * 10, 2 * 21]
     assert (out / "effects.md").read_text().count("## The width SGD needs as M grows") == 1
