@@ -264,6 +264,33 @@ def test_the_in_distribution_criterion_reads_the_training_side_not_the_held_out_
     assert "in-distribution R² ≥ 0.99" in width.format_analysis(a)
 
 
+def test_runs_of_another_length_are_the_longer_run_check_not_rungs_of_the_ladder():
+    """Twice-as-long twins of two rungs: one crosses the threshold only with the extra steps
+    (its shortfall was steps), the other does not (width). Neither moves w*, which rests on
+    the main-length runs alone; a longer run with no twin is counted, not matched."""
+    pts = points({2: (1.0, 1.0)}, [4, 8, 16], [2, 4, 8, 16, 32], seeds=[1])
+    for p in pts:
+        p["steps"] = 100
+    main = width.analyse([dict(p) for p in pts], criteria=[Criterion("r2", 0.95)])
+    below = next(p for p in pts if (p["M"], p["width"]) == (8, 4))  # R² 0.95 + 0.04·ln(1/2): short
+    assert below["r2"] < 0.95
+    crosses = dict(below, steps=200, r2=0.96)
+    stays = dict(next(p for p in pts if (p["M"], p["width"]) == (16, 2)), steps=200)
+    stays["r2"] += 0.01
+    orphan = dict(pts[0], width=64, steps=200)
+    a = width.analyse([*pts, crosses, stays, orphan], criteria=[Criterion("r2", 0.95)])
+    assert a["steps"] == 100 and a["runs"] == len(pts)
+    assert a["widths"][0]["per_M"] == main["widths"][0]["per_M"]
+    check = a["longer_run_check"]
+    assert (check["longer"], check["crossed"], check["unmatched"]) == (2, 1, 1)
+    (x,) = [x for x in check["pairs"] if x["M"] == 8]
+    assert x["steps"] == (100, 200) and x["flips"] == {"held-out R² ≥ 0.95": "reached only at 200 steps"}
+    assert [x["flips"] for x in check["pairs"] if x["M"] == 16] == [{}]
+    text = width.format_analysis(a)
+    assert "Longer-run check" in text and "| 8 | 2 | 4 | 0.25 | 1 | 100 → 200 |" in text
+    assert "1 of 2 longer runs reach a threshold their 100-step twin misses" in text
+
+
 # ----------------------------------------------------------------------------- stores, report, figure
 
 def hand_made(config: dict, r2: float, rmse: float, train_r2: float = 0.995) -> dict:

@@ -314,7 +314,7 @@ def points_of(runs: list[dict]) -> list[dict]:
             continue
         metrics = records_of(report)
         out.append(dict(M=c["M"], K=c["K"], I=c["I"], H=c["H"], O=c["O"], seed=c["seed"],
-                        held_out=c["held_out"], depth=len(widths), width=widths[0],
+                        held_out=c["held_out"], depth=len(widths), width=widths[0], steps=c["steps"],
                         n_train=report["split"]["n_train"],
                         r2=lookup(metrics, NETWORK, "held_out", "r2", None),
                         rmse=lookup(metrics, NETWORK, "held_out", "rmse", None),
@@ -386,6 +386,46 @@ def _fit_of(rows: list[dict]) -> dict:
     return fit_slope([m for m, _ in pairs], [w for _, w in pairs])
 
 
+def split_steps(points: list[dict]) -> tuple[list[dict], list[dict], int | None]:
+    """(the runs at the study's main length, the others, that length): the main length is
+    the one most runs have (the longest on a tie); points without `steps` are all main."""
+    lengths = [p.get("steps") for p in points if p.get("steps") is not None]
+    if not lengths:
+        return points, [], None
+    main = max(set(lengths), key=lambda n: (lengths.count(n), n))
+    return ([p for p in points if p.get("steps") in (None, main)],
+            [p for p in points if p.get("steps") not in (None, main)], main)
+
+
+def longer_runs(main: list[dict], other: list[dict], criteria) -> dict:
+    """The longer-run check: each run at another length beside the main-length run of the
+    same M, depth, width, held-out fraction and seed, and, per criterion, whether the longer
+    run reaches a threshold its main-length twin misses (a rung whose shortfall was steps,
+    not width) or the other way round."""
+    place = ("M", "depth", "width", "held_out", "seed")
+    twin = {tuple(p[k] for k in place): p for p in main}
+    pairs, unmatched = [], 0
+    for q in sorted(other, key=lambda q: (*(q[k] for k in place), q["steps"])):
+        p = twin.get(tuple(q[k] for k in place))
+        if p is None:
+            unmatched += 1
+            continue
+        flips = {}
+        for c in criteria:
+            a, b = p[c.metric], q[c.metric]
+            if a is None or b is None or not (math.isfinite(a) and math.isfinite(b)):
+                continue
+            if c.reaches(a) != c.reaches(b):
+                flips[c.label] = f"reached only at {(q if c.reaches(b) else p)['steps']} steps"
+        pairs.append({k: q[k] for k in place} | dict(
+            steps=(p["steps"], q["steps"]), train_r2=(p["train_r2"], q["train_r2"]), r2=(p["r2"], q["r2"]),
+            rmse=(p["rmse"], q["rmse"]), flips=flips))
+    longer = [x for x in pairs if x["steps"][1] > x["steps"][0]]
+    return dict(pairs=pairs, unmatched=unmatched,
+                crossed=sum(f"reached only at {x['steps'][1]} steps" in x["flips"].values() for x in longer),
+                longer=len(longer))
+
+
 def analyse(points: list[dict], criteria=CRITERIA, norms: dict[int, float] | None = None,
             output_sd: float = TEACHER_OUTPUT_SD) -> dict:
     """The whole analysis of a study's points (points_of): w*(M) per held-out fraction,
@@ -399,11 +439,19 @@ def analyse(points: list[dict], criteria=CRITERIA, norms: dict[int, float] | Non
     converged_r2 = FAMILIES["hyperteacher"].convergence[1]  # training R² a run must reach
     if not points:
         return dict(runs=0, notes=["no finished run of a width × depth MLP on the hyperteacher"])
+    criteria = list(criteria)
+    # w*, n* and the curves rest on the runs of one length; runs of another are the check.
+    points, other, steps = split_steps(points)
+    check = longer_runs(points, other, criteria) if other else None
     I, H, O, K = (_one(points, k) for k in ("I", "H", "O", "K"))
     Ms = sorted({p["M"] for p in points})
     seeds = sorted({p["seed"] for p in points})
-    criteria = list(criteria)
     notes = []
+    if check is not None:
+        n = check["unmatched"]
+        left = f"; {n} runs of another length have no twin (left out)" if n else ""
+        notes.append(f"longer-run check: {check['crossed']} of {check['longer']} longer runs reach a "
+                     f"threshold their {steps}-step twin misses{left}")
 
     construction = []
     if norms is not None:
@@ -488,7 +536,8 @@ def analyse(points: list[dict], criteria=CRITERIA, norms: dict[int, float] | Non
     notes.append("w*: width of each of the `depth` hidden layers; the fit uses every (seed, M) whose w* was "
                  "reached inside the ladder (not an upper bound); the construction and the memoriser are "
                  "hidden units in all")
-    return dict(runs=len(points), teacher=dict(I=I, H=H, O=O, K=K), Ms=Ms, seeds=seeds,
+    return dict(runs=len(points), steps=steps, longer_run_check=check, teacher=dict(I=I, H=H, O=O, K=K),
+                Ms=Ms, seeds=seeds,
                 criteria=[dict(metric=c.metric, threshold=c.threshold, label=c.label,
                                higher_is_better=c.higher_is_better, eps=c.matched_eps(output_sd))
                           for c in criteria],
@@ -593,5 +642,25 @@ def format_analysis(a: dict) -> str:
               for w in a["widths"] if w["fit"]["status"] == "fitted"]
     lines += [f"- n*, {w['criterion']}, {w['depth']}×{w['width']}: {w['verdict']['text']}"
               for w in a["tasks"] if w["fit"]["status"] == "fitted"]
+    lines += _longer_run_lines(a.get("longer_run_check"))
     lines += [f"- {n}" for n in a["notes"]]
     return "\n".join(lines)
+
+
+def _pair(x: tuple, digits: int = 4) -> str:
+    return " → ".join("—" if v is None else f"{v:.{digits}f}" for v in x)
+
+
+def _longer_run_lines(check: dict | None) -> list[str]:
+    if not check or not check["pairs"]:
+        return []
+    out = ["", "Longer-run check: runs at another length beside their twin at the study's (same M, depth, "
+           "width, held-out fraction, seed)", "",
+           "| M | depth | width | held out | seed | steps | in-distribution R² | held-out R² | "
+           "held-out RMSE | thresholds that change |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for x in check["pairs"]:
+        flips = "; ".join(f"{k}: {v}" for k, v in x["flips"].items()) or "none"
+        out.append(f"| {x['M']} | {x['depth']} | {x['width']} | {x['held_out']:g} | {x['seed']} | "
+                   f"{x['steps'][0]} → {x['steps'][1]} | {_pair(x['train_r2'])} | {_pair(x['r2'])} | "
+                   f"{_pair(x['rmse'])} | {flips} |")
+    return out
