@@ -2,14 +2,15 @@
 width-vs-M study's store (python -m verify.study; this project's study, not the paper's).
 
 (a) w*(M) on log axes, as hidden units (depth × w*, w* the width of each layer at which the
-held-out R² reaches 0.99 or 0.95; mean over seeds, bars: the interval over seeds), beside
+held-out or the in-distribution R² reaches 0.99 or 0.95; mean over seeds, bars: the
+interval over seeds), beside
 the construction's hidden units at the matched ε (2·I·H·N + M + H) and the memoriser's
 H·Σ_{k≤K} C(M, k); the legend gives each fitted slope with its 95% interval; a point marked
 ≤ is an upper bound (some seed's narrowest rung already reached the threshold);
 (b) the training tasks needed n*(M) at the widest rung, where the study varies the held-out
 fraction, beside all tasks Σ C(M, k) and M (one task per module); otherwise it says so;
-(c), (d), …: held-out R² against width, one line per M, one panel per depth, the
-thresholds dotted.
+(c), (d), …: R² against width, one colour per M (solid: held out, dashed: in-distribution),
+one panel per depth, the thresholds dotted.
 (a), (c), (d) read the runs at the study's smallest held-out fraction (the most training
 tasks). The numbers are verify/studies/width.py's, as `python -m verify.study report
 width-vs-M` prints them. The study's `cpu` store is read when it holds a finished run, else
@@ -28,7 +29,9 @@ from paper_figures.fig9_studies import _title, stale_note, study_meta, table
 
 NAME = "fig11_width_vs_M"
 STUDY = "width-vs-M"
-SHOWN = ("r2",)  # the criteria drawn: held-out R² (the report also gives the RMSE ones)
+# The criteria drawn: held-out R², and in-distribution R² (the width to fit the training tasks, not
+# capped by how many the split leaves at small M); the report also gives the RMSE ones.
+SHOWN = ("r2", "train_r2")
 R2_FLOOR = -1.05  # R² panels start here; lower points (smoke runs) are in the data, off the axes
 
 
@@ -93,7 +96,7 @@ def compute(quick: bool, progress: bool | None) -> tuple[list[dict], dict]:
     meta = study_meta({STUDY: t}) | dict(
         study=STUDY, held_out=held_out, fits=fits, teacher=a.get("teacher"),
         analysis_notes=a.get("notes", []),
-        thresholds=[c["threshold"] for c in _shown(a.get("criteria", []))],
+        thresholds=sorted({c["threshold"] for c in _shown(a.get("criteria", []))}),
         depths=sorted({c["depth"] for c in a.get("curves", [])}))
     return rows, meta
 
@@ -141,7 +144,7 @@ def plot(rows: list[dict], meta: dict):
     _draw_needed(ax, rows, "a", meta["fits"])
     where = f", held-out fraction {meta['held_out']:g}" if meta["held_out"] is not None else ""
     ax.set(xscale="log", yscale="log", xlabel="M (modules)", ylabel="hidden units (SGD: depth × w*)",
-           title=_title(f"(a) width needed for held-out R² against M{where}", STUDY, meta))
+           title=_title(f"(a) width needed for an R² threshold against M{where}", STUDY, meta))
     if any(r["panel"] == "b" for r in rows):
         _draw_needed(bx, rows, "b", meta["fits"])
         bx.set(xscale="log", yscale="log")
@@ -166,6 +169,8 @@ def plot(rows: list[dict], meta: dict):
                         label=name.split(", ")[1])
             axis.vlines([r["x"] for r in pts], [r["y"] - (r["sd"] or 0) for r in pts],
                         [r["y"] + (r["sd"] or 0) for r in pts], color=colour, lw=1)
+            fit = [r for r in pts if r["train_r2"] is not None]
+            axis.plot([r["x"] for r in fit], [r["train_r2"] for r in fit], color=colour, ls="--", lw=0.9)
         for threshold in meta["thresholds"]:
             axis.axhline(threshold, color="k", lw=0.8, ls=":")
         low = min([r["y"] for r in rows if r["panel"] == panel] or [0.0])
@@ -173,8 +178,9 @@ def plot(rows: list[dict], meta: dict):
             axis.text(0.02, 0.02, f"points below R² = {R2_FLOOR:g} are off the axes (in the data)",
                       transform=axis.transAxes, fontsize=7, color="tab:red")
         axis.set(xscale="log", ylim=(max(R2_FLOOR, low - 0.05), 1.02),
-                 xlabel=f"width of each of the {depth} layers", ylabel="held-out R² (dotted: thresholds)",
-                 title=_title(f"({panel}) held-out R² against width, depth {depth}", STUDY, meta))
+                 xlabel=f"width of each of the {depth} layers",
+                 ylabel="R²: held out (solid), in-distribution (dashed); dotted: thresholds",
+                 title=_title(f"({panel}) R² against width, depth {depth}", STUDY, meta))
         plain_ticks(axis, [r["x"] for r in rows if r["panel"] == panel])
         axis.grid(True, which="both", alpha=0.3)
         if names:
