@@ -291,6 +291,16 @@ def test_runs_of_another_length_are_the_longer_run_check_not_rungs_of_the_ladder
     assert "1 of 2 longer runs reach a threshold their 100-step twin misses" in text
 
 
+def test_a_held_out_fraction_run_at_one_width_only_gives_n_star_not_a_width_ladder():
+    """The cpu grid's shape: the width ladder at fraction 0.25, the other fractions at the widest
+    rung only (the training-tasks ladder). Those single rungs make no w* row."""
+    pts = [p for p in points({2: (1.0, 1.0)}, [4, 8, 16], [4, 8, 16], seeds=[1], held_outs=(0.25, 0.5, 0.75))
+           if p["held_out"] == 0.25 or p["width"] == 16]
+    a = width.analyse(pts, criteria=[Criterion("r2", 0.95)])
+    assert {w["held_out"] for w in a["widths"]} == {0.25}
+    assert [(t["depth"], t["width"]) for t in a["tasks"]] == [(2, 16)]
+
+
 # ----------------------------------------------------------------------------- stores, report, figure
 
 def hand_made(config: dict, r2: float, rmse: float, train_r2: float = 0.995) -> dict:

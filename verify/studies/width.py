@@ -484,6 +484,10 @@ def analyse(points: list[dict], criteria=CRITERIA, norms: dict[int, float] | Non
     ladders = _ladders(points, "width")
     for held_out in sorted({p["held_out"] for p in points}):
         for depth in sorted({p["depth"] for p in points}):
+            # A single rung (the training-tasks ladder's other fractions) is no width ladder.
+            if all(len({p["width"] for p in ladders[k][s]}) < 2 for k in ladders if k[:2] == (held_out, depth)
+                   for s in ladders[k]):
+                continue
             for i, c in enumerate(criteria):
                 rows = _needed_table(ladders, "width", c, (held_out, depth), converged_r2)
                 if not rows:
