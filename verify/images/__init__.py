@@ -1,0 +1,14 @@
+"""The paper's text-to-image experiment on diffusers pipelines (issue 25, part 2).
+
+- `pipeline`: load a text-to-image pipeline from local files; generate seeded images.
+- `activations`: pooled activations of the denoiser's blocks and the text encoders, filed under
+  the denoising step that computed them, conditional CFG rows by default.
+- `probes`: the per-layer linear decodability probe, fitted on training prompts, scored on
+  held-out ones.
+- `judges`: exact (the rendered family), clip and llm judges behind one interface.
+- `results`: the results file with its provenance.
+- `tiny`: tiny random checkpoints built from configs, for tests and smoke runs.
+
+Nothing here imports diffusers or transformers at import time; they are the optional extra
+`images` (pip install -e '.[images]').
+"""
