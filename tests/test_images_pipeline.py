@@ -59,6 +59,19 @@ def test_an_uncached_hub_id_offline_is_refused_in_one_line(monkeypatch, tmp_path
     assert "not in the local Hugging Face cache" in message and "no-such-model-7f3a" in message
 
 
+def test_a_cached_hub_id_loads_offline(folder, pipe, tmp_path):
+    import shutil
+
+    repo = tmp_path / "hub" / "models--compgen-bound-tests--tiny-sd"
+    shutil.copytree(folder, repo / "snapshots" / "0123abcd")
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text("0123abcd")
+    cached = pipeline.load("compgen-bound-tests/tiny-sd", cache_dir=tmp_path / "hub")
+    assert pipeline.config_hash(cached) == pipeline.config_hash(pipe)
+    with pytest.raises(UsageError, match="not in the local Hugging Face cache"):
+        pipeline.load("compgen-bound-tests/other", cache_dir=tmp_path / "hub")
+
+
 def test_a_folder_that_is_no_text_to_image_pipeline_is_refused(tmp_path):
     from diffusers import DDPMPipeline, DDPMScheduler, UNet2DModel
 
@@ -93,6 +106,12 @@ def test_seeds_follow_the_anchor_rule_and_reproduce_images_bit_for_bit(pipe):
     assert not np.array_equal(a.images[0], a.images[1])
     shifted = pipeline.generate(pipe, PROMPTS[:1], seeds=[[43]], steps=2, guidance=3.0)
     np.testing.assert_array_equal(shifted.images[0], a.images[1])
+    # A family's rows get the prompts and the seeds they have in the whole family.
+    scene = scenes.Scene()
+    g = pipeline.generate_family(pipe, scene, [5, 2], n_seeds=2, steps=2, guidance=3.0)
+    assert g.prompts == [scenes.prompts(scene)[5], scenes.prompts(scene)[2]]
+    np.testing.assert_array_equal(g.seeds, [[52, 53], [46, 47]])
+    np.testing.assert_array_equal(g.prompt_of_image, [0, 0, 1, 1])
 
 
 # --- activations -------------------------------------------------------------------------------

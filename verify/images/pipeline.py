@@ -63,8 +63,9 @@ def _looks_like_hub_id(model: str) -> bool:
             and os.sep not in model.replace("/", ""))
 
 
-def load(model: str | os.PathLike, device: str = "cpu", dtype=None):
-    """The pipeline in folder `model`, or cached under hub id `model`, on `device`."""
+def load(model: str | os.PathLike, device: str = "cpu", dtype=None, cache_dir: str | os.PathLike | None = None):
+    """The pipeline in folder `model`, or cached under hub id `model` (in `cache_dir`, default the
+    Hugging Face cache: HF_HUB_CACHE or HF_HOME/hub), on `device`."""
     diffusers = _diffusers()
     text = os.fspath(model)
     path = Path(text).expanduser()
@@ -78,6 +79,8 @@ def load(model: str | os.PathLike, device: str = "cpu", dtype=None):
     else:
         raise UsageError(f"{text}: no such folder")
     kwargs = {"local_files_only": True}
+    if cache_dir is not None:
+        kwargs["cache_dir"] = os.fspath(cache_dir)
     if dtype is not None:
         kwargs["torch_dtype"] = dtype
     try:
@@ -143,6 +146,20 @@ def seeds_for(rows: Sequence[int], n_seeds: int, base_seed: int = image_setups.A
         raise UsageError(f"n_seeds must be at least 1, got {n_seeds}")
     top = int(rows.max()) + 1 if rows.size else 0
     return image_setups.seeds(top, n_seeds, base_seed)[rows]
+
+
+def family_prompts(family, rows: Sequence[int]) -> list[str]:
+    """The prompts of rows `rows` of a family's prompt table (an ImageSetup or a rendered Scene)."""
+    from verify.images.judges import combinations, prompt_text
+
+    table = combinations(family)
+    return [prompt_text(family, table[int(r)]) for r in rows]
+
+
+def generate_family(pipe, family, rows: Sequence[int], n_seeds: int = 1,
+                    base_seed: int = image_setups.ANCHOR_SEED, **kwargs) -> Generation:
+    """`generate` for prompts `rows` of a family, with the anchor's seeds of those rows."""
+    return generate(pipe, family_prompts(family, rows), seeds=seeds_for(rows, n_seeds, base_seed), **kwargs)
 
 
 def to_uint8(images) -> np.ndarray:
