@@ -185,8 +185,12 @@ def test_the_step_index_comes_from_the_pipeline_and_is_checked(pipe):
         assert rec.timesteps == {i: float(t) for i, t in enumerate(pipe.scheduler.timesteps)}
         assert rec.per_step(ATTN).shape == (3, 1, 4)
         rec.begin(1)  # a callback for another step than the recorder's is refused
-        with pytest.raises(activations.StepMismatch):
+        with pytest.raises(activations.StepMismatch, match="finished step 1 while the recorder was in step"):
             rec.callback(pipe, 1, pipe.scheduler.timesteps[1], {})
+        rec.begin(1)  # and so is one whose timestep is not the one the denoiser saw in that step
+        rec.timesteps[0], rec._scale = 500.0, 1.0
+        with pytest.raises(activations.StepMismatch, match="timestep"):
+            rec.callback(pipe, 0, torch.tensor(800.0), {})
         rec.begin(1)  # without the callback the steps cannot be told apart
         with torch.no_grad(), pytest.raises(activations.StepMismatch, match="twice in step 0"):
             pipe(prompt=PROMPTS[:1], num_inference_steps=2, guidance_scale=3.0, output_type="np")

@@ -29,6 +29,10 @@ steps (the anchor's "cat+allmean"). `steps_for` maps a fraction f to step floor(
 0 is the first step, 1.0 the last (the anchor capped at S − 2, because its S − 1 was never
 filled), duplicates dropped.
 
+The timestep check allows a fixed scale, set at the first step whose timestep is not 0 (FLUX
+feeds its transformer t / 1000), and 1% rounding (timesteps in bfloat16): it catches a record
+filed under another step of a schedule, not a last-bit difference.
+
 Classifier-free guidance. With guidance, diffusers' pipelines (SD 1.x/2.x, SDXL, SD3, PixArt)
 run the denoiser on a batch of 2n rows, the n unconditional (negative-prompt) rows first and
 the n conditional ones after; pipelines that run two separate passes (FLUX's true CFG) call the
@@ -198,6 +202,7 @@ class Recorder:
         self.step = 0  # the step the pipeline is in: the next callback must report it
         self.n_steps = 0  # steps finished (callbacks received)
         self.timesteps: dict[int, float] = {}  # step -> the timestep the denoiser saw first in it
+        self._scale = None  # the denoiser's timestep over the pipeline's (1, or 1/1000 for FLUX)
         self._calls = 0  # denoiser calls in the current step
         self._rows = None  # (cond, uncond) row selections of the current denoiser call
         self._batch = 0  # its batch size
@@ -286,8 +291,13 @@ class Recorder:
             raise StepMismatch(f"the pipeline finished step {i} while the recorder was in step {self.step}")
         seen = self.timesteps.get(i)
         t = _timestep((None, t), {})
-        if seen is not None and t is not None and not math.isclose(seen, t, rel_tol=0, abs_tol=1e-4):
-            raise StepMismatch(f"step {i}: the denoiser saw timestep {seen:g}, the pipeline reports {t:g}")
+        if seen is not None and t is not None:
+            if self._scale is None and t != 0:
+                self._scale = seen / t
+            scale = 1.0 if self._scale is None else self._scale
+            if not math.isclose(seen, scale * t, rel_tol=1e-2, abs_tol=1e-6 * (1 + abs(scale * t))):
+                raise StepMismatch(f"step {i}: the denoiser saw timestep {seen:g}, the pipeline reports "
+                                   f"{t:g} (× {scale:g})")
         self.step, self.n_steps = i + 1, i + 1
         self._calls, self._rows = 0, None
         return {}

@@ -63,7 +63,8 @@ def _looks_like_hub_id(model: str) -> bool:
             and os.sep not in model.replace("/", ""))
 
 
-def load(model: str | os.PathLike, device: str = "cpu", dtype=None, cache_dir: str | os.PathLike | None = None):
+def load(model: str | os.PathLike, device: str = "cpu", dtype=None,
+         cache_dir: str | os.PathLike | None = None):
     """The pipeline in folder `model`, or cached under hub id `model` (in `cache_dir`, default the
     Hugging Face cache: HF_HUB_CACHE or HF_HOME/hub), on `device`."""
     diffusers = _diffusers()
