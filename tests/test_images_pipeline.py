@@ -81,7 +81,7 @@ def test_a_folder_that_is_no_text_to_image_pipeline_is_refused(tmp_path):
         pipeline.load(str(tmp_path / "missing" / "deeper" / "still"))
     unet = UNet2DModel(sample_size=8, in_channels=3, out_channels=3, layers_per_block=1,
                        block_out_channels=(4, 4), down_block_types=("DownBlock2D",) * 2,
-                       up_block_types=("UpBlock2D",) * 2, norm_num_groups=2)
+                       up_block_types=("UpBlock2D",) * 2, norm_num_groups=2, add_attention=False)
     DDPMPipeline(unet=unet, scheduler=DDPMScheduler()).save_pretrained(tmp_path / "ddpm")
     with pytest.raises(UsageError, match="not a text-to-image pipeline") as e:
         pipeline.load(tmp_path / "ddpm")
@@ -258,6 +258,32 @@ def test_the_text_encoder_output_has_its_own_entry(pipe):
     np.testing.assert_allclose(g.features["text_encoder" + UNCOND], encode(["", "", "", ""]), rtol=1e-5,
                                atol=1e-6)
     assert g.features["text_encoder"].shape == (4, pipe.text_encoder.config.hidden_size)  # no steps
+
+
+def test_a_transformer_pipeline_with_two_text_encoders(tmp_path):
+    sd3 = tiny.sd3_pipeline(tmp_path / "tok")
+    pipeline.check_text_to_image(sd3)
+    ref = {"t": []}
+    handle = sd3.transformer.register_forward_pre_hook(
+        lambda m, a, kw: ref["t"].append(float(kw["timestep"][0])), with_kwargs=True)
+    try:
+        with Recorder(sd3, rows="both") as rec:
+            assert rec.layers == ["transformer_blocks.0", "transformer_blocks.1"]
+            assert rec.text_layers == ["text_encoder", "text_encoder_2"]
+            g = pipeline.generate(sd3, PROMPTS[:2], steps=3, guidance=4.0, recorder=rec)
+    finally:
+        handle.remove()
+    assert g.cfg and g.n_steps == 3 and ref["t"] == [float(t) for t in sd3.scheduler.timesteps]
+    # A joint block returns the text stream and the image stream: both pooled, side by side, at
+    # steps 0, 1, 2 and their mean; the last block returns the image stream only.
+    assert g.features["transformer_blocks.0"].shape == (2, 4 * (8 + 8))
+    assert g.features["transformer_blocks.1"].shape == (2, 4 * 8)
+    ids = sd3.tokenizer_2(PROMPTS[:2], padding="max_length", max_length=sd3.tokenizer_2.model_max_length,
+                          truncation=True, return_tensors="pt").input_ids
+    with torch.no_grad():
+        want = sd3.text_encoder_2(ids, output_hidden_states=True).last_hidden_state.mean(dim=1).numpy()
+    np.testing.assert_allclose(g.features["text_encoder_2"], want, rtol=1e-5, atol=1e-6)
+    assert not np.allclose(g.features["text_encoder_2"], g.features["text_encoder_2" + UNCOND])
 
 
 # --- end to end: generate, probe, judge, write -------------------------------------------------

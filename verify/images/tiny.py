@@ -6,6 +6,9 @@ runs on a machine that reaches no model hub.
 - `build_pipeline(folder)`: a StableDiffusionPipeline (UNet2DConditionModel with one cross-attention
   down block and one plain one, a two-block AutoencoderKL, a one-layer CLIPTextModel, a DDIM
   scheduler) saved with `save_pretrained`; a few thousand parameters, 8×8 latents, 16×16 images.
+- `sd3_pipeline(folder)`: a StableDiffusion3Pipeline (an SD3Transformer2DModel of two joint blocks,
+  two CLIPTextModelWithProjection encoders, no T5), in memory: diffusers cannot save a pipeline
+  whose third text encoder is None.
 - `build_clip(folder)`: a CLIPModel and CLIPProcessor for 16×16 images, saved the same way.
 """
 
@@ -74,6 +77,36 @@ def build_pipeline(folder: str | os.PathLike, seed: int = 0, channels: tuple[int
                                    requires_safety_checker=False)
     pipe.save_pretrained(folder)
     return folder
+
+
+def sd3_pipeline(folder: str | os.PathLike, seed: int = 0, text_hidden: int = 8):
+    """A tiny StableDiffusion3Pipeline (tokenizer files written into `folder`), not saved."""
+    import torch
+    from diffusers import (
+        AutoencoderKL,
+        FlowMatchEulerDiscreteScheduler,
+        SD3Transformer2DModel,
+        StableDiffusion3Pipeline,
+    )
+    from transformers import CLIPTextModelWithProjection
+
+    tok = tokenizer(folder)
+    torch.manual_seed(seed)
+    encoders = [CLIPTextModelWithProjection(_text_config(len(tok), text_hidden)) for _ in range(2)]
+    transformer = SD3Transformer2DModel(
+        sample_size=8, patch_size=2, in_channels=4, out_channels=4, num_layers=2, attention_head_dim=4,
+        num_attention_heads=2, joint_attention_dim=2 * text_hidden, caption_projection_dim=8,
+        pooled_projection_dim=2 * text_hidden)
+    vae = AutoencoderKL(
+        in_channels=3, out_channels=3, down_block_types=("DownEncoderBlock2D",) * 2,
+        up_block_types=("UpDecoderBlock2D",) * 2, block_out_channels=(4, 4), latent_channels=4,
+        norm_num_groups=2, sample_size=16, shift_factor=0.0, use_quant_conv=False, use_post_quant_conv=False)
+    pipe = StableDiffusion3Pipeline(transformer=transformer, scheduler=FlowMatchEulerDiscreteScheduler(),
+                                    vae=vae, text_encoder=encoders[0], tokenizer=tok,
+                                    text_encoder_2=encoders[1], tokenizer_2=tok, text_encoder_3=None,
+                                    tokenizer_3=None)
+    pipe.set_progress_bar_config(disable=True)
+    return pipe
 
 
 def build_clip(folder: str | os.PathLike, seed: int = 0, hidden: int = 8, image_size: int = 16) -> Path:
