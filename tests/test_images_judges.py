@@ -29,6 +29,8 @@ def test_the_exact_judge_passes_renders_of_their_own_prompts():
     assert judges.slot_names(scene) == ("shape_1", "colour_1", "position_1",
                                         "shape_2", "colour_2", "position_2")
     np.testing.assert_array_equal(judge.judge(x / 255.0, scene, rows), judge.judge(x, scene, rows))  # floats
+    with pytest.raises(ValueError, match=r"\[0, 1\]"):
+        judge.judge(x.astype(np.float32), scene, rows)  # floats in 0..255 are refused, not misread
     noisy = scenes.add_noise(x, seed=1)
     assert judge.success(noisy, scene, rows).all()
 

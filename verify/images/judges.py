@@ -111,6 +111,8 @@ def as_uint8(images) -> np.ndarray:
     if x.ndim != 4 or x.shape[-1] != 3:
         raise ValueError(f"images must be (n, H, W, 3), got {x.shape}")
     if x.dtype != np.uint8:
+        if x.size and (np.nanmin(x) < -1e-6 or np.nanmax(x) > 1 + 1e-6):
+            raise ValueError("images that are not uint8 must be floats in [0, 1]")
         x = np.clip(np.rint(x.astype(np.float64) * 255.0), 0, 255).astype(np.uint8)
     return x
 

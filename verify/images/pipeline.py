@@ -28,6 +28,7 @@ import hashlib
 import inspect
 import json
 import os
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -58,9 +59,8 @@ def _first_line(e: BaseException) -> str:
 
 
 def _looks_like_hub_id(model: str) -> bool:
-    parts = model.split("/")
-    return (len(parts) in (1, 2) and all(parts) and not model.startswith((".", "~"))
-            and os.sep not in model.replace("/", ""))
+    """"name" or "owner/name" in the hub's alphabet; a path is anything else."""
+    return re.fullmatch(r"[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?", model) is not None
 
 
 def load(model: str | os.PathLike, device: str = "cpu", dtype=None,
