@@ -8,6 +8,10 @@
 - `judges`: exact (the rendered family), clip and llm judges behind one interface.
 - `results`: the results file with its provenance.
 - `tiny`: tiny random checkpoints built from configs, for tests and smoke runs.
+- `denoiser`: the controlled experiment's pixel-space text-to-image pipeline (a UNet2DConditionModel
+  with a CLIP text encoder and a word-level tokenizer), built at a named size and trained here.
+- `train`: `python -m verify.images.train`, one controlled run: train on a split's combinations,
+  save, then analyse the saved folder as a real model (probe per layer, exact judge).
 
 Nothing here imports diffusers or transformers at import time; they are the optional extra
 `images` (pip install -e '.[images]').

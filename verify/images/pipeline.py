@@ -1,11 +1,14 @@
 """Load a text-to-image diffusers pipeline from local files, and generate seeded images with it.
 
 - `load` takes a folder written by `save_pretrained` (it holds model_index.json) or a hub id
-  ("owner/name") that is already in the local Hugging Face cache. Nothing is downloaded
-  (`local_files_only=True`): with no such folder and nothing cached, it raises UsageError with one
-  line that says so. A folder or model that is not a text-to-image pipeline (no `unet` or
-  `transformer`, no text encoder, no `callback_on_step_end`, which the activation recorder needs
-  to index steps) is refused the same way.
+  ("owner/name") that is already in the local Hugging Face cache. A folder whose
+  model_index.json names one of this project's pipeline classes (`LOCAL_PIPELINES`: the
+  pixel-space denoiser trained by verify.images.train) is loaded with that class; any other
+  with diffusers'. Nothing is downloaded (`local_files_only=True`): with no such folder and
+  nothing cached, it raises UsageError with one line that says so. A folder or model that is
+  not a text-to-image pipeline (no `unet` or `transformer`, no text encoder, no
+  `callback_on_step_end`, which the activation recorder needs to index steps) is refused the
+  same way.
 - `generate` makes n_seeds images per prompt, each from its own `torch.Generator` on the CPU
   seeded with its recorded seed (so an image depends on its seed, not on its place in a batch or
   on the device's random stream). Seeds follow the anchor's rule (`image_setups.seeds`): prompt
@@ -25,6 +28,7 @@ keeps the pipeline's default.
 from __future__ import annotations
 
 import hashlib
+import importlib
 import inspect
 import json
 import os
@@ -42,6 +46,8 @@ from verify.images.activations import DEFAULT_FRACTIONS, denoiser_of, text_encod
 # Config keys that name where or with which library version a component was saved, not what it is.
 _VOLATILE = {"_name_or_path", "_diffusers_version", "transformers_version", "_commit_hash", "architectures",
              "_use_default_values", "name_or_path"}
+# Pipeline classes of this project, by the name model_index.json gives them: the module that defines each.
+LOCAL_PIPELINES = {"PixelTextToImagePipeline": "verify.images.denoiser"}
 
 
 def _diffusers():
@@ -61,6 +67,19 @@ def _first_line(e: BaseException) -> str:
 def _looks_like_hub_id(model: str) -> bool:
     """"name" or "owner/name" in the hub's alphabet; a path is anything else."""
     return re.fullmatch(r"[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?", model) is not None
+
+
+def _pipeline_class(diffusers, folder: Path | None):
+    """The class that loads `folder`: the project's own where its model_index.json names one of
+    `LOCAL_PIPELINES`, else DiffusionPipeline (which picks the class from model_index.json)."""
+    if folder is not None:
+        try:
+            name = json.loads((folder / "model_index.json").read_text()).get("_class_name")
+        except (OSError, ValueError, AttributeError):
+            name = None
+        if name in LOCAL_PIPELINES:
+            return getattr(importlib.import_module(LOCAL_PIPELINES[name]), name)
+    return diffusers.DiffusionPipeline
 
 
 def load(model: str | os.PathLike, device: str = "cpu", dtype=None,
@@ -85,7 +104,7 @@ def load(model: str | os.PathLike, device: str = "cpu", dtype=None,
     if dtype is not None:
         kwargs["torch_dtype"] = dtype
     try:
-        pipe = diffusers.DiffusionPipeline.from_pretrained(source, **kwargs)
+        pipe = _pipeline_class(diffusers, None if hub else path).from_pretrained(source, **kwargs)
     except OSError as e:
         if hub:
             raise UsageError(f"{text} is not a local folder and not in the local Hugging Face cache, and "

@@ -1,0 +1,437 @@
+"""python -m verify.images.train: the controlled text-to-image experiment, one run (issue 25, part 3).
+
+A small pixel-space denoiser (verify.images.denoiser: a diffusers UNet2DConditionModel with a
+CLIP text encoder, trained from scratch) learns the rendered shape/colour/position family
+(constructions.tasks.images) on the training combinations of a random split, and is then
+analysed as a real model would be:
+
+1. train on the training combinations' renders and prompts (DDPM noise, epsilon MSE, AdamW,
+   the prompt dropped to "" with probability --p-uncond for classifier-free guidance);
+2. save the pipeline with save_pretrained into OUT/pipeline;
+3. load that folder with verify.images.pipeline.load, as SD would be loaded;
+4. generate --n-seeds images for up to --eval-prompts training and --eval-prompts held-out
+   prompts (the anchor's seeds), recording pooled activations of the --layers at the
+   --fractions of the denoising steps, and the text encoder's output;
+5. fit the linear probe per layer on the training prompts' images and score it on the held-out
+   prompts' images (weighted F1, exact match);
+6. judge every image with the exact judge (shape, colour and position read from the pixels).
+
+The report holds the configuration, the split with its coverage, the loss curve, decodability per
+layer, the success rates on training and held-out prompts (per slot too), timings and provenance;
+OUT/results.json holds the analysis record (verify.images.results) with the training added.
+The same arguments give the same numbers (one machine, one thread count).
+
+A study runs this program per grid point through build_parser / parse_args / run_config / run,
+as it runs verify.sgd. Exit codes: 0 done, 2 usage error, 3 internal error, 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import math
+import os
+import re
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from verify import cli
+from verify.cli import UsageError, non_negative_float, non_negative_int, positive_float, positive_int
+
+PROG = "python -m verify.images.train"
+PROGRAM = "verify.images.train"
+PRESET_NAMES = ("tiny", "small", "base", "large")  # verify.images.denoiser.PRESETS, without importing it
+DEFAULT_FRACTIONS = (0.3, 0.5, 0.7, 1.0)  # verify.images.activations.DEFAULT_FRACTIONS
+# Settings that do not change a run's result, left out of its configuration's key.
+RUNTIME = ("threads", "no_progress", "json", "out", "device", "held_out")
+DEFAULT_OUT = Path("out") / "images-train"  # relative to the working folder; a run goes in <key[:12]>/
+GENERATE_BATCH = 64
+
+
+def _fraction_below_one(text: str) -> float:
+    value = cli.non_negative_float(text)
+    if value >= 1:
+        raise argparse.ArgumentTypeError(f"expected a number in [0, 1), got {text!r}")
+    return value
+
+
+def build_parser() -> cli.Parser:
+    p = cli.Parser(PROG, __doc__)
+    p.add_argument("--objects", type=int, choices=(1, 2), default=1,
+                   help="objects per image: 1 (64 combinations) or 2 (1,536) (default 1)")
+    cover = p.add_mutually_exclusive_group()
+    cover.add_argument("--held-out", type=cli.open_fraction,
+                       help="share of combinations held out, in (0, 1): ceil(share · n) of them, at random "
+                            "(the anchor's rule) (default 0.3)")
+    cover.add_argument("--train-combinations", type=positive_int,
+                       help="number of training combinations, the rest held out (instead of --held-out)")
+    p.add_argument("--split-seed", type=cli.seed, default=0,
+                   help="seed of the split and of the analysed prompts' subsets (default 0)")
+    p.add_argument("--preset", choices=PRESET_NAMES, default="small",
+                   help="model size: tiny (70k parameters), small (1.1M), base (1.9M), large (11M); the "
+                        "flags below override its parts (default small)")
+    p.add_argument("--channels", type=positive_int, nargs="+",
+                   help="UNet channels per resolution (16, 8, 4, 2 pixels), multiples of 4, e.g. 32 64")
+    p.add_argument("--layers-per-block", type=positive_int, help="UNet resnets per block")
+    p.add_argument("--text-hidden", type=positive_int, help="text encoder width (even)")
+    p.add_argument("--text-layers", type=positive_int, help="text encoder layers")
+    p.add_argument("--steps", type=positive_int, default=2000, help="training steps (default 2000)")
+    p.add_argument("--batch", type=positive_int, default=64, help="images per training step (default 64)")
+    p.add_argument("--lr", type=positive_float, default=1e-3, help="AdamW learning rate (default 1e-3)")
+    p.add_argument("--weight-decay", type=non_negative_float, default=0.01,
+                   help="AdamW weight decay (default 0.01)")
+    p.add_argument("--p-uncond", type=_fraction_below_one, default=0.1,
+                   help="probability of training on the empty prompt, for classifier-free guidance, in "
+                        "[0, 1) (default 0.1)")
+    p.add_argument("--seed", type=cli.seed, default=0,
+                   help="seed of the initialisation and of every training draw (default 0)")
+    p.add_argument("--sample-steps", type=positive_int, default=20, help="DDIM steps per image (default 20)")
+    p.add_argument("--guidance", type=non_negative_float, default=3.0,
+                   help="classifier-free guidance scale; ≤ 1 runs no unconditional rows (default 3)")
+    p.add_argument("--n-seeds", type=positive_int, default=4,
+                   help="images per analysed prompt, seeds by the anchor's rule (default 4)")
+    p.add_argument("--eval-prompts", type=non_negative_int, default=32,
+                   help="training and held-out prompts analysed, each side, drawn at random when a side "
+                        "has more; 0: all (default 32)")
+    p.add_argument("--layers", nargs="+", metavar="PATTERN",
+                   help="regular expressions for the UNet modules to record, matched against the full "
+                        "module name (default: every resnet, attention, down- and upsampler of the "
+                        "blocks); the text encoder is always recorded")
+    p.add_argument("--fractions", type=float, nargs="+", default=list(DEFAULT_FRACTIONS),
+                   help="fractions of the denoising steps whose activations are kept, in [0, 1] "
+                        "(default 0.3 0.5 0.7 1.0)")
+    p.add_argument("--out", metavar="DIR",
+                   help="folder for the saved pipeline (DIR/pipeline) and DIR/results.json; its earlier "
+                        "files are replaced (default out/images-train/<the configuration's key> under "
+                        "the working folder)")
+    p.add_argument("--device", default="cpu",
+                   help="cpu, or cuda / cuda:N where a GPU is present (default cpu)")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    cli.add_common(p, threads_default="the cores the load leaves free")
+    return p
+
+
+def _n_combinations(objects: int) -> int:
+    from constructions.tasks.images import COLOURS, POSITIONS, SHAPES
+
+    looks = len(SHAPES) * len(COLOURS)
+    return math.comb(len(POSITIONS), objects) * looks**objects
+
+
+def parse_args(argv=None):
+    from verify.images.activations import DEFAULT_PATTERNS, steps_for
+    from verify.learning.sgd import check_device
+
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = build_parser().parse_args(argv)
+    n = _n_combinations(args.objects)
+    if args.train_combinations is None:
+        fraction = 0.3 if args.held_out is None else args.held_out
+        n_test = math.ceil(fraction * n)
+        if n_test >= n:
+            raise UsageError(f"--held-out {fraction:g} of {n} combinations leaves no training combination")
+        args.train_combinations = n - n_test
+    elif args.train_combinations >= n:
+        raise UsageError(f"--train-combinations {args.train_combinations} leaves no held-out combination: "
+                         f"the {args.objects}-object family has {n}")
+    _resolve_size(args)
+    args.layers = list(args.layers or DEFAULT_PATTERNS)
+    for pattern in args.layers:
+        try:
+            re.compile(pattern)
+        except re.error as e:
+            raise UsageError(f"--layers {pattern!r} is not a regular expression: {e}") from None
+    steps_for(args.fractions, args.sample_steps)  # UsageError for fractions outside [0, 1]
+    args.fractions = [float(f) for f in args.fractions]
+    check_device(args.device)
+    if args.out is None:
+        from verify.studies.store import config_key
+
+        args.out = str(DEFAULT_OUT / config_key(run_config(args))[:12])
+    _check_out(args.out)
+    return args
+
+
+def _resolve_size(args) -> None:
+    """The preset's sizes, with the explicit flags in their place; UsageError for sizes the
+    UNet cannot take (checked without importing torch)."""
+    from verify.images.denoiser import PRESETS, check_size
+
+    size = dict(PRESETS[args.preset])
+    for key in ("channels", "layers_per_block", "text_hidden", "text_layers"):
+        if getattr(args, key) is not None:
+            size[key] = getattr(args, key)
+    size["channels"] = [int(c) for c in size["channels"]]
+    try:
+        check_size(size)
+    except ValueError as e:
+        raise UsageError(f"--preset {args.preset} with the size flags given: {e}") from None
+    for key, value in size.items():
+        setattr(args, key, value)
+
+
+def _check_out(path: str) -> None:
+    """UsageError unless `path` can become the output folder (nothing is created here)."""
+    out = Path(path)
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"--out {path!r} is an existing file, not a folder")
+    parent = out
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
+        raise UsageError(f"--out {path!r} cannot be written (the folder {str(parent)!r} is not writable)")
+
+
+def run_config(args) -> dict:
+    """A run's resolved configuration, as a study keys it: every setting but the runtime ones
+    (the split is keyed by its number of training combinations, whichever flag gave it)."""
+    config = {k: (list(v) if isinstance(v, tuple) else v) for k, v in sorted(vars(args).items())
+              if k not in RUNTIME}
+    return {"program": PROGRAM, **config}
+
+
+# --- the run -----------------------------------------------------------------------------------
+
+def _split(scene, n_train: int, seed: int):
+    """The split holding out n − n_train combinations by `image_setups.draw_test`'s rule (the head
+    of RandomState(seed).permutation(n)), with the coverage report: `images.split` with
+    test_fraction (n − n_train) / n, for a count rather than a share."""
+    from constructions.tasks import images as scenes
+    from constructions.tasks.image_setups import split_by_test
+
+    present, names = scenes.constituents(scene)
+    n = len(present)
+    test = np.sort(np.random.RandomState(seed).permutation(n)[: n - n_train])
+    return split_by_test(present, names, test, n_objects=scene.n_objects, test_fraction=(n - n_train) / n,
+                         seed=seed)
+
+
+def _subset(rows: np.ndarray, k: int, seed: int, side: int) -> np.ndarray:
+    """k of `rows` at random (all of them when k is 0 or at least their number), sorted."""
+    if k == 0 or k >= len(rows):
+        return np.asarray(rows, dtype=np.int64)
+    rng = np.random.default_rng([seed, 25, side])
+    return np.sort(rng.choice(rows, size=k, replace=False)).astype(np.int64)
+
+
+def _save_atomically(pipe, folder: Path) -> None:
+    """save_pretrained into a temporary folder beside `folder`, then put it in `folder`'s place:
+    a crash leaves the old pipeline or the new one."""
+    from verify.images import denoiser
+
+    tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", suffix=".partial", dir=folder.parent))
+    try:
+        denoiser.save(pipe, tmp)
+        if folder.exists():
+            old = folder.parent / f".{folder.name}.old"
+            shutil.rmtree(old, ignore_errors=True)
+            os.replace(folder, old)
+            os.replace(tmp, folder)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(tmp, folder)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def _rate(x: np.ndarray) -> float | None:
+    return float(np.mean(x)) if x.size else None
+
+
+@contextlib.contextmanager
+def _quiet_libraries():
+    """diffusers' and transformers' own progress bars and notices (loading, writing shards, a
+    missing accelerate) off for the block: this program has its own bars."""
+    from diffusers.utils import logging as dlog
+    from transformers.utils import logging as tlog
+
+    before = [(lib, lib.get_verbosity(), lib.is_progress_bar_enabled()) for lib in (dlog, tlog)]
+    for lib, _, _ in before:
+        lib.set_verbosity_error()
+        lib.disable_progress_bar()
+    try:
+        yield
+    finally:
+        for lib, verbosity, bars in before:
+            lib.set_verbosity(verbosity)
+            if bars:
+                lib.enable_progress_bar()
+
+
+def run(args) -> dict:
+    """One run: train, save, load, generate, probe, judge; the report (JSON-able)."""
+    with _quiet_libraries():
+        return _run(args)
+
+
+def _run(args) -> dict:
+
+    from constructions.tasks import images as scenes
+    from verify.images import denoiser, pipeline, probes, results
+    from verify.images.activations import Recorder
+    from verify.images.judges import ExactJudge, slot_names
+
+    start = time.perf_counter()
+    seconds = {}
+    progress = False if args.no_progress else None
+    threads = cli.set_threads(args.threads, cli.default_threads(True))
+    out = cli.prepare_out_dir(args.out, "--out", force=None)
+    scene = scenes.Scene(n_objects=args.objects)
+    split = _split(scene, args.train_combinations, args.split_seed)
+    combos = scenes.combinations(scene)
+    size = {k: getattr(args, k) for k in ("channels", "layers_per_block", "text_hidden", "text_layers")}
+
+    t = time.perf_counter()
+    with tempfile.TemporaryDirectory() as tok_folder:
+        pipe = denoiser.build(scene, denoiser.resolve_size(args.preset, **size), args.seed, tok_folder)
+    n_params = {"unet": denoiser.parameters(pipe.unet),
+                "text_encoder": denoiser.parameters(pipe.text_encoder)}
+    seconds["build"] = time.perf_counter() - t
+
+    t = time.perf_counter()
+    train_rows = split.train
+    with cli.progress(args.steps, "train", progress) as bar:
+        training = denoiser.train(pipe, scenes.render(scene, combos[train_rows]), scenes.prompts(scene,
+                                  combos[train_rows]), steps=args.steps, batch=args.batch, lr=args.lr,
+                                  weight_decay=args.weight_decay, p_uncond=args.p_uncond, seed=args.seed,
+                                  device=args.device, progress=lambda s: bar.update(1))
+    seconds["train"] = time.perf_counter() - t
+    seconds["per_step"] = seconds["train"] / args.steps
+
+    t = time.perf_counter()
+    folder = out / "pipeline"
+    _save_atomically(pipe.to("cpu"), folder)
+    del pipe
+    seconds["save"] = time.perf_counter() - t
+
+    # The analysis: the saved folder, read back as any pipeline would be.
+    t = time.perf_counter()
+    pipe = pipeline.load(folder, device=args.device)
+    seconds["load"] = time.perf_counter() - t
+    seen = _subset(split.train, args.eval_prompts, args.split_seed, 0)
+    unseen = _subset(split.test, args.eval_prompts, args.split_seed, 1)
+    rows = np.concatenate([seen, unseen])
+    t = time.perf_counter()
+    with Recorder(pipe, patterns=args.layers) as recorder, \
+            cli.progress(len(rows) * args.n_seeds, "generate", progress) as bar:
+        generation = pipeline.generate_family(
+            pipe, scene, rows, n_seeds=args.n_seeds, steps=args.sample_steps, guidance=args.guidance,
+            recorder=recorder, fractions=args.fractions, batch_size=GENERATE_BATCH,
+            progress=lambda done: bar.update(done - bar.n))
+        layers = recorder.layers + recorder.text_layers
+    seconds["generate"] = time.perf_counter() - t
+
+    t = time.perf_counter()
+    train_prompts, test_prompts = np.arange(len(seen)), np.arange(len(seen), len(rows))
+    image_rows = lambda p: (p[:, None] * args.n_seeds + np.arange(args.n_seeds)).ravel()  # noqa: E731
+    labels = np.repeat(scenes.labels(scene, combos[rows]), args.n_seeds, axis=0)
+    probe = probes.probe_layers(generation.features, labels, image_rows(train_prompts),
+                                image_rows(test_prompts))
+    seconds["probe"] = time.perf_counter() - t
+
+    t = time.perf_counter()
+    judge = ExactJudge()
+    verdict = judge.evaluate(generation.images, scene, np.repeat(rows, args.n_seeds))
+    seconds["judge"] = time.perf_counter() - t
+
+    success, slots = np.asarray(verdict.success), np.asarray(verdict.slot_correct)
+    names = slot_names(scene)
+
+    def side(prompts):
+        r = image_rows(prompts)
+        return dict(rate=_rate(success[r]), images=int(r.size),
+                    per_slot={name: _rate(slots[r, j]) for j, name in enumerate(names)})
+
+    best = probes.best_layer(probe)
+    decodability = {layer: {k: s[k] for k in ("test_f1", "test_exact", "train_f1", "train_exact", "dim",
+                                              "converged")} for layer, s in probe.items()}
+    config = run_config(args)
+    training_record = dict(training, steps=args.steps, batch=args.batch, lr=args.lr,
+                           weight_decay=args.weight_decay, p_uncond=args.p_uncond, seed=args.seed,
+                           training_combinations=[int(r) for r in split.train], parameters=n_params,
+                           size=dict(preset=args.preset, **size), threads=threads)
+    record = results.build(
+        model=str(folder), pipeline_class=type(pipe).__name__, config_sha256=pipeline.config_hash(pipe),
+        family=scene, prompt_rows=rows, generation=generation, split=split, train_prompts=train_prompts,
+        test_prompts=test_prompts, layers=layers, rows=recorder.rows, probe=probe, judge=judge,
+        verdict=verdict, extra={"training": training_record, "config": config, "program": PROGRAM})
+    seconds["total"] = time.perf_counter() - start
+    results.write(out / "results.json", {**record, "seconds": seconds})
+    return cli.plain({
+        "program": PROGRAM,
+        "config": config,
+        "scene": results.family_summary(scene),
+        "split": split.summary(),
+        "model": {"folder": str(folder), "pipeline": record["model"]["pipeline"],
+                  "config_sha256": record["model"]["config_sha256"], "parameters": n_params,
+                  "size": dict(preset=args.preset, **size)},
+        "training": {k: training_record[k] for k in ("loss_curve", "first_loss", "last_loss", "steps",
+                                                     "batch", "lr", "weight_decay", "p_uncond", "seed")},
+        "analysis": {"train_prompts": [int(r) for r in seen], "test_prompts": [int(r) for r in unseen],
+                     "n_seeds": args.n_seeds, "sample_steps": args.sample_steps,
+                     "guidance": generation.guidance, "cfg": generation.cfg, "layers": layers,
+                     "fractions": args.fractions, "steps_kept": generation.steps_kept},
+        "decodability": decodability,
+        "best_layer": {"layer": best, **decodability[best]},
+        "success": {"train": side(train_prompts), "test": side(test_prompts)},
+        "seconds": seconds, "threads": threads,
+        "provenance": {k: record[k] for k in ("code_version", "git_commit", "timestamp")},
+        "results_file": str(out / "results.json"),
+    })
+
+
+# --- the command line --------------------------------------------------------------------------
+
+def _f(v, spec=".3f") -> str:
+    return "—" if v is None else format(v, spec)
+
+
+def format_report(r: dict) -> str:
+    c, s, tr, su = r["config"], r["split"], r["training"], r["success"]
+    size = r["model"]["size"]
+    curve = " ".join(f"{p['loss']:.3f}" for p in tr["loss_curve"])
+    lines = [
+        f"scene    {c['objects']} object(s): {s['n_train']} training combinations, {s['n_test']} held out "
+        f"(split seed {c['split_seed']}); every constituent in training: "
+        f"{'yes' if s['covers_all_constituents'] else 'no, missing ' + ', '.join(s['missing_constituents'])}",
+        f"model    {size['preset']}: unet channels {size['channels']}, text {size['text_hidden']}×"
+        f"{size['text_layers']}; {r['model']['parameters']['unet']:,} + "
+        f"{r['model']['parameters']['text_encoder']:,} parameters",
+        f"training {tr['steps']} steps of {tr['batch']}, AdamW lr {tr['lr']:g}, seed {tr['seed']}: "
+        f"loss {curve} ({r['seconds']['per_step']:.3f} s/step, {r['threads']} thread(s))",
+        f"analysis {len(r['analysis']['train_prompts'])} training + "
+        f"{len(r['analysis']['test_prompts'])} held-out prompts × {r['analysis']['n_seeds']} seeds, "
+        f"{r['analysis']['sample_steps']} DDIM steps, guidance "
+        f"{r['analysis']['guidance']}",
+        f"success  (exact judge) training {_f(su['train']['rate'])}, held out {_f(su['test']['rate'])}",
+        "         per slot, held out: " + ", ".join(f"{k} {_f(v, '.2f')}"
+                                                    for k, v in su["test"]["per_slot"].items()),
+        f"probe    best layer {r['best_layer']['layer']}: held-out F1 {r['best_layer']['test_f1']:.3f}, "
+        f"exact {r['best_layer']['test_exact']:.3f}",
+    ]
+    for layer, d in r["decodability"].items():
+        lines.append(f"  {layer:<36} F1 {d['test_f1']:.3f}  exact {d['test_exact']:.3f}  (training F1 "
+                     f"{d['train_f1']:.3f})")
+    lines.append(f"saved    {r['model']['folder']}; results {r['results_file']} "
+                 f"({r['seconds']['total']:.0f} s)")
+    return "\n".join(lines)
+
+
+def work(args) -> int:
+    report = run(args)
+    cli.emit(cli.to_json(report) if args.json else format_report(report))
+    return cli.EXIT_OK
+
+
+def main(argv=None) -> int:
+    return cli.main_of(PROGRAM, parse_args, work, argv)
+
+
+if __name__ == "__main__":
+    cli.exit(main())
