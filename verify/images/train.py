@@ -266,8 +266,14 @@ def _quiet_libraries():
 
 def run(args) -> dict:
     """One run: train, save, load, generate, probe, judge; the report (JSON-able)."""
-    with _quiet_libraries():
-        return _run(args)
+    import torch
+
+    previous = torch.get_num_threads()
+    try:
+        with _quiet_libraries():
+            return _run(args)
+    finally:
+        torch.set_num_threads(previous)  # for callers that run several reports in one process
 
 
 def _run(args) -> dict:
