@@ -95,8 +95,13 @@ def test_the_same_arguments_give_the_same_numbers(tiny_run, tmp_path):
     drop = lambda r: {k: v for k, v in r.items() if k not in NOT_RESULTS}  # noqa: E731
     assert drop(again) == drop(first)
     assert again["model"]["config_sha256"] == first["model"]["config_sha256"]
-    _, other = _run(tmp_path / "other", ["--seed", "1"])
-    assert other["training"]["loss_curve"] != first["training"]["loss_curve"]
+    # And the seed matters: another one draws other weights and batches.
+    scene = scenes.Scene()
+    combos = scenes.combinations(scene)[:4]
+    losses = [denoiser.train(denoiser.build(scene, denoiser.resolve_size("tiny"), seed, tmp_path / "tok"),
+                             scenes.render(scene, combos), scenes.prompts(scene, combos), steps=2, batch=4,
+                             lr=1e-3, seed=seed)["loss_curve"] for seed in (0, 0, 1)]
+    assert losses[0] == losses[1] != losses[2]
 
 
 def test_the_configuration_is_keyed_without_runtime_flags():
@@ -157,6 +162,14 @@ def test_an_output_path_that_is_a_file_is_refused(tmp_path, capsys):
     (tmp_path / "file").write_text("x")
     assert train.main([*TINY, "--out", str(tmp_path / "file")]) == 2
     assert "is an existing file" in capsys.readouterr().err
+
+
+def test_layers_that_match_no_module_are_refused_before_training(tmp_path, capsys):
+    out = tmp_path / "run"
+    assert train.main([*TINY, "--layers", r"no\.such\.block", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "no module of the UNet matches" in err
+    assert not (out / "pipeline").exists() and not (out / "results.json").exists()
 
 
 # --- the saved folder, read back ------------------------------------------------------------------

@@ -48,7 +48,9 @@ PROGRAM = "verify.images.train"
 PRESET_NAMES = ("tiny", "small", "base", "large")  # verify.images.denoiser.PRESETS, without importing it
 DEFAULT_FRACTIONS = (0.3, 0.5, 0.7, 1.0)  # verify.images.activations.DEFAULT_FRACTIONS
 # Settings that do not change a run's result, left out of its configuration's key.
-RUNTIME = ("threads", "no_progress", "json", "out", "device", "held_out")
+RUNTIME = ("threads", "no_progress", "json", "out", "device")
+# Flags resolved into others, left out of the key too: --held-out becomes train_combinations.
+RESOLVED = ("held_out",)
 DEFAULT_OUT = Path("out") / "images-train"  # relative to the working folder; a run goes in <key[:12]>/
 GENERATE_BATCH = 64
 
@@ -73,7 +75,7 @@ def build_parser() -> cli.Parser:
     p.add_argument("--split-seed", type=cli.seed, default=0,
                    help="seed of the split and of the analysed prompts' subsets (default 0)")
     p.add_argument("--preset", choices=PRESET_NAMES, default="small",
-                   help="model size: tiny (70k parameters), small (1.1M), base (1.9M), large (11M); the "
+                   help="model size: tiny (75k parameters), small (1.1M), base (1.9M), large (11M); the "
                         "flags below override its parts (default small)")
     p.add_argument("--channels", type=positive_int, nargs="+",
                    help="UNet channels per resolution (16, 8, 4, 2 pixels), multiples of 4, e.g. 32 64")
@@ -191,7 +193,7 @@ def run_config(args) -> dict:
     """A run's resolved configuration, as a study keys it: every setting but the runtime ones
     (the split is keyed by its number of training combinations, whichever flag gave it)."""
     config = {k: (list(v) if isinstance(v, tuple) else v) for k, v in sorted(vars(args).items())
-              if k not in RUNTIME}
+              if k not in RUNTIME and k not in RESOLVED}
     return {"program": PROGRAM, **config}
 
 
@@ -296,6 +298,10 @@ def _run(args) -> dict:
     t = time.perf_counter()
     with tempfile.TemporaryDirectory() as tok_folder:
         pipe = denoiser.build(scene, denoiser.resolve_size(args.preset, **size), args.seed, tok_folder)
+    names = [name for name, _ in pipe.unet.named_modules() if name]
+    if not any(re.fullmatch(p, name) for p in args.layers for name in names):  # before any training
+        raise UsageError(f"--layers {' '.join(args.layers)}: no module of the UNet matches (its blocks are "
+                         "named like down_blocks.0.attentions.0, mid_block.resnets.0, up_blocks.1.resnets.1)")
     n_params = {"unet": denoiser.parameters(pipe.unet),
                 "text_encoder": denoiser.parameters(pipe.text_encoder)}
     seconds["build"] = time.perf_counter() - t
