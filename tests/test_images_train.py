@@ -200,8 +200,41 @@ def test_the_saved_folder_round_trips_and_the_recorder_follows_it(tiny_run):
     with Recorder(pipe) as rec:
         plain = pipeline.generate(pipe, prompts, n_seeds=1, steps=2, guidance=1.0, recorder=rec)
     assert not plain.cfg and set(plain.features) == {*rec.layers, "text_encoder"}
-    # Seeded: the same seeds give the same images.
-    np.testing.assert_array_equal(pipeline.generate(pipe, prompts, steps=3, guidance=2.0).images, g.images)
+    # Seeded: an image depends on its seed, not on the batch it was made in.
+    one_by_one = pipeline.generate(pipe, prompts, steps=3, guidance=2.0, batch_size=1)
+    np.testing.assert_array_equal(one_by_one.images, g.images)
+
+
+def test_a_cached_hub_copy_of_the_trained_pipeline_loads_offline(tiny_run, tmp_path):
+    import shutil
+
+    _, r = tiny_run
+    repo = tmp_path / "hub" / "models--compgen-bound-tests--pixel"
+    shutil.copytree(r["model"]["folder"], repo / "snapshots" / "0123abcd")
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text("0123abcd")
+    pipe = pipeline.load("compgen-bound-tests/pixel", cache_dir=tmp_path / "hub")
+    assert type(pipe).__name__ == "PixelTextToImagePipeline"
+    assert pipeline.config_hash(pipe) == r["model"]["config_sha256"]
+
+
+def test_other_pipelines_still_load_by_diffusers_own_rule(tmp_path, monkeypatch):
+    import shutil
+
+    from verify.cli import UsageError
+    from verify.images import tiny
+
+    folder = tiny.build_pipeline(tmp_path / "sd")
+    assert type(pipeline.load(folder)).__name__ == "StableDiffusionPipeline"
+    repo = tmp_path / "hub" / "models--compgen-bound-tests--tiny-sd"
+    shutil.copytree(folder, repo / "snapshots" / "0123abcd")
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text("0123abcd")
+    cached = pipeline.load("compgen-bound-tests/tiny-sd", cache_dir=tmp_path / "hub")
+    assert type(cached).__name__ == "StableDiffusionPipeline"
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(UsageError, match="not in the local Hugging Face cache"):
+        pipeline.load("compgen-bound-tests/absent", cache_dir=tmp_path / "hub")
 
 
 # --- learning -------------------------------------------------------------------------------------

@@ -69,17 +69,30 @@ def _looks_like_hub_id(model: str) -> bool:
     return re.fullmatch(r"[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?", model) is not None
 
 
-def _pipeline_class(diffusers, folder: Path | None):
-    """The class that loads `folder`: the project's own where its model_index.json names one of
-    `LOCAL_PIPELINES`, else DiffusionPipeline (which picks the class from model_index.json)."""
-    if folder is not None:
+def _pipeline_class(diffusers, index: str | os.PathLike | None):
+    """The class that loads the pipeline whose model_index.json is `index`: the project's own
+    where it names one of `LOCAL_PIPELINES`, else DiffusionPipeline (which picks the class from
+    model_index.json)."""
+    name = None
+    if isinstance(index, (str, os.PathLike)):
         try:
-            name = json.loads((folder / "model_index.json").read_text()).get("_class_name")
+            name = json.loads(Path(index).read_text()).get("_class_name")
         except (OSError, ValueError, AttributeError):
             name = None
-        if name in LOCAL_PIPELINES:
-            return getattr(importlib.import_module(LOCAL_PIPELINES[name]), name)
+    if name in LOCAL_PIPELINES:
+        return getattr(importlib.import_module(LOCAL_PIPELINES[name]), name)
     return diffusers.DiffusionPipeline
+
+
+def _cached_index(repo_id: str, cache_dir) -> str | None:
+    """The cached model_index.json of hub id `repo_id`, if there is one."""
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        found = try_to_load_from_cache(repo_id, "model_index.json", cache_dir=cache_dir)
+    except Exception:  # noqa: BLE001 - a malformed id or cache: diffusers' own load reports it
+        return None
+    return found if isinstance(found, str) else None
 
 
 def load(model: str | os.PathLike, device: str = "cpu", dtype=None,
@@ -104,7 +117,8 @@ def load(model: str | os.PathLike, device: str = "cpu", dtype=None,
     if dtype is not None:
         kwargs["torch_dtype"] = dtype
     try:
-        pipe = _pipeline_class(diffusers, None if hub else path).from_pretrained(source, **kwargs)
+        index = _cached_index(text, kwargs.get("cache_dir")) if hub else path / "model_index.json"
+        pipe = _pipeline_class(diffusers, index).from_pretrained(source, **kwargs)
     except OSError as e:
         if hub:
             raise UsageError(f"{text} is not a local folder and not in the local Hugging Face cache, and "
