@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import math
 import os
 import re
@@ -125,12 +126,18 @@ def _n_combinations(objects: int) -> int:
     return math.comb(len(POSITIONS), objects) * looks**objects
 
 
+@functools.cache
+def _parser() -> cli.Parser:
+    """One parser for every parse (a study resolves many runs)."""
+    return build_parser()
+
+
 def parse_args(argv=None):
     from verify.images.activations import DEFAULT_PATTERNS, steps_for
     from verify.learning.sgd import check_device
 
     argv = sys.argv[1:] if argv is None else list(argv)
-    args = build_parser().parse_args(argv)
+    args = _parser().parse_args(argv)
     n = _n_combinations(args.objects)
     if args.train_combinations is None:
         fraction = 0.3 if args.held_out is None else args.held_out
