@@ -232,7 +232,9 @@ def verdict(fit: dict, memorising_slope: float, linear_slope: float = 1.0, *,
     with which bound the interval excludes (`excludes_linear`: lo > linear_slope;
     `excludes_memorising`: hi < memorising_slope). A slope of exactly 1 thus reads
     "undetermined, memorisation excluded": no finite sample puts it at or below 1. The bounds
-    come from the baselines alone, never from the data. `short`: the call for a table cell."""
+    come from the baselines alone, never from the data. An interval entirely below 0 is "falls
+    with M" instead of "construction-like": the quantity is then limited by something else at
+    the smaller M. `short`: the call for a table cell."""
     if fit["status"] != "fitted":
         reason = fit.get("reason", fit["status"])
         return dict(call="undetermined", short="undetermined (too few points)", excludes_linear=None,
@@ -240,6 +242,14 @@ def verdict(fit: dict, memorising_slope: float, linear_slope: float = 1.0, *,
     lo, hi = fit["lo"], fit["hi"]
     flags = dict(excludes_linear=bool(lo > linear_slope), excludes_memorising=bool(hi < memorising_slope))
     span = f"slope {fit['slope']:.2f}, {fit['confidence']:.0%} interval [{lo:.2f}, {hi:.2f}]"
+    if hi < 0:
+        # Less of the resource at more modules: not a size a network needs for M modules, but a
+        # sign that something else limits the smaller M (at a fixed held-out fraction, the
+        # training tasks, which grow with M). Calling it "construction-like" would mislead.
+        return flags | dict(call="falls with M", short="falls with M",
+                            text=f"falls with M: {span} < 0; {what} shrinks as M grows, so something other "
+                                 f"than this resource limits the smaller M (at a fixed held-out fraction, "
+                                 "the training tasks, which grow with M)")
     if hi <= linear_slope:
         return flags | dict(call=linear, short=linear,
                             text=f"{linear}: {span} ≤ {linear_slope:g}; {what} grows no faster than linearly "
@@ -368,16 +378,26 @@ def _converged_at(ladder: list[dict], axis: str, needed: Needed, converged_r2: f
 def _needed_table(ladders: dict, axis: str, criterion: Criterion, group: tuple,
                   converged_r2: float) -> list[dict]:
     """Per M of one group (its settings but M): each seed's w* (or n*), whether the runs that
-    set it converged, and their summary over seeds."""
+    set it converged, and their summary over seeds. For the in-distribution criterion, whose
+    metric is the training fit itself, the rung below w* is short of it by definition: there
+    convergence is not asked (None); the longer-run check says whether steps or width limit."""
     rows = []
+    ask = criterion.metric != "train_r2"
     for key in sorted(k for k in ladders if k[:-1] == group):
         seeds = ladders[key]
         needed = {s: _needed_on(seeds[s], axis, criterion) for s in sorted(seeds)}
-        per_seed = {s: n.as_dict() | dict(converged=_converged_at(seeds[s], axis, n, converged_r2))
-                    for s, n in needed.items()}
+        converged = {s: _converged_at(seeds[s], axis, n, converged_r2) if ask else None
+                     for s, n in needed.items()}
+        per_seed = {s: n.as_dict() | dict(converged=converged[s]) for s, n in needed.items()}
+        unconverged = sum(c is False for c in converged.values()) if ask else None
         rows.append(dict(M=key[-1], per_seed=per_seed, **summarise_seeds(list(needed.values())),
-                         unconverged=sum(n["converged"] is False for n in per_seed.values())))
+                         unconverged=unconverged))
     return rows
+
+
+def _count_unconverged(rows: list[dict]) -> int | None:
+    counts = [r["unconverged"] for r in rows]
+    return None if any(c is None for c in counts) else sum(counts)
 
 
 def _fit_of(rows: list[dict]) -> dict:
@@ -496,7 +516,7 @@ def analyse(points: list[dict], criteria=CRITERIA, norms: dict[int, float] | Non
                 memo = memo_slope(fit)
                 widths.append(dict(held_out=held_out, depth=depth, criterion=c.label, metric=c.metric,
                                    threshold=c.threshold, per_M=rows, fit=fit,
-                                   unconverged=sum(r["unconverged"] for r in rows),
+                                   unconverged=_count_unconverged(rows),
                                    construction_slope=constr_slope(fit, i), memorisation_slope=memo,
                                    verdict=verdict(fit, memo)))
 
@@ -514,7 +534,7 @@ def analyse(points: list[dict], criteria=CRITERIA, norms: dict[int, float] | Non
             all_slope = curve_slope(over, [n_tasks(M, K) for M in over]) or float(K)
             tasks.append(dict(depth=depth, width=width, criterion=c.label, metric=c.metric,
                               threshold=c.threshold, per_M=rows, fit=fit, all_tasks_slope=all_slope,
-                              unconverged=sum(r["unconverged"] for r in rows),
+                              unconverged=_count_unconverged(rows),
                               all_tasks=[dict(M=M, tasks=n_tasks(M, K)) for M in Ms],
                               verdict=verdict(fit, all_slope, what="n*", linear="linear in M",
                                               memorising="a fixed share of all tasks")))
@@ -582,6 +602,10 @@ def _slope_cell(fit: dict) -> str:
     return f"{fit['slope']:.2f} [{fit['lo']:.2f}, {fit['hi']:.2f}] ({fit['n']} at {fit['n_M']} M)"
 
 
+def _unconverged_cell(n: int | None) -> str:
+    return "n/a (the training fit itself)" if n is None else str(n)
+
+
 def _slope(x: float | None) -> str:
     return "—" if x is None else f"{x:.2f}"
 
@@ -613,7 +637,7 @@ def format_analysis(a: dict) -> str:
     for w in a["widths"]:
         lines.append(f"| {w['criterion']} | {w['depth']} | {w['held_out']:g} | {_slope_cell(w['fit'])} | "
                      f"{_slope(w['construction_slope'])} | {_slope(w['memorisation_slope'])} | "
-                     f"{w['verdict']['short']} | {w['unconverged']} |")
+                     f"{w['verdict']['short']} | {_unconverged_cell(w['unconverged'])} |")
     for w in a["tasks"]:
         lines.append(f"| training tasks n*: {w['criterion']} | {w['depth']}×{w['width']} | varied | "
                      f"{_slope_cell(w['fit'])} | M: 1 | all tasks: {_slope(w['all_tasks_slope'])} | "
