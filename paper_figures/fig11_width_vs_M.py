@@ -92,6 +92,10 @@ def compute(quick: bool, progress: bool | None) -> tuple[list[dict], dict]:
                                   n_train=n, train_r2=tr, M=c["M"], depth=depth)
                              for w, r2, sd, n, tr in zip(c["width"], c["r2_mean"], c["r2_sd"], c["n_train"],
                                                          c["train_r2_mean"], strict=True) if r2 is not None]
+                    fitted = zip(c["width"], c["train_r2_mean"], c["train_r2_sd"], strict=True)
+                    rows += [dict(panel=panel, series=f"depth {depth}, M={c['M']}, in-distribution", x=w,
+                                  y=tr, sd=sd, M=c["M"], depth=depth, in_distribution=True)
+                             for w, tr, sd in fitted if tr is not None]
     rows.sort(key=lambda r: (r["panel"], r["series"], r["x"]))  # each series in x order, as drawn
     meta = study_meta({STUDY: t}) | dict(
         study=STUDY, held_out=held_out, fits=fits, teacher=a.get("teacher"),
@@ -160,7 +164,7 @@ def plot(rows: list[dict], meta: dict):
             axis.legend(fontsize=7, loc="best")
     for k, (depth, panel) in enumerate(zip(depths, "cdefgh", strict=False)):
         axis = axes[1][k]
-        names = sorted({r["series"] for r in rows if r["panel"] == panel},
+        names = sorted({r["series"] for r in rows if r["panel"] == panel and not r.get("in_distribution")},
                        key=lambda name: int(name.split("M=")[1]))
         for i, name in enumerate(names):
             colour = COLOURS[i % len(COLOURS)]
@@ -169,8 +173,7 @@ def plot(rows: list[dict], meta: dict):
                         label=name.split(", ")[1])
             axis.vlines([r["x"] for r in pts], [r["y"] - (r["sd"] or 0) for r in pts],
                         [r["y"] + (r["sd"] or 0) for r in pts], color=colour, lw=1)
-            fit = [r for r in pts if r["train_r2"] is not None]
-            axis.plot([r["x"] for r in fit], [r["train_r2"] for r in fit], color=colour, ls="--", lw=0.9)
+            plot_series(axis, rows, f"{name}, in-distribution", panel, color=colour, ls="--", lw=0.9)
         for threshold in meta["thresholds"]:
             axis.axhline(threshold, color="k", lw=0.8, ls=":")
         low = min([r["y"] for r in rows if r["panel"] == panel] or [0.0])

@@ -1,5 +1,5 @@
 """The import graph flows one way: theory ← constructions.tasks ← constructions ← verify ←
-verify.learning ← verify.studies ← paper_figures. Read from the source (ast), so a
+verify.learning ← verify.studies ← verify.images ← paper_figures. Read from the source (ast), so a
 wrong-way import fails here, not in a user's circular-import traceback.
 
 Inside verify, the theorem's checks (bound, check, measure, …) know nothing of training or
@@ -19,10 +19,14 @@ LAYERS = [
     ("theory", {"theory"}, set()),
     ("constructions/tasks", {"theory", "constructions.tasks"}, set()),
     ("constructions", {"theory", "constructions"}, set()),
-    ("verify", {"theory", "constructions", "verify"}, LEARNING_AND_STUDIES),
-    ("verify/learning", {"theory", "constructions", "verify"}, LEARNING_AND_STUDIES - {"verify.learning"}),
+    ("verify", {"theory", "constructions", "verify"}, LEARNING_AND_STUDIES | {"verify.images"}),
+    ("verify/learning", {"theory", "constructions", "verify"},
+     LEARNING_AND_STUDIES - {"verify.learning"} | {"verify.images"}),
     ("verify/studies", {"theory", "constructions", "verify"},
-     LEARNING_AND_STUDIES - {"verify.learning", "verify.studies"}),
+     LEARNING_AND_STUDIES - {"verify.learning", "verify.studies"} | {"verify.images"}),
+    # The image experiment sits beside the studies: it may use the learning side and the
+    # studies' provenance helpers, never the entry points.
+    ("verify/images", {"theory", "constructions", "verify"}, {"verify.sgd", "verify.study", "verify.bench"}),
     ("paper_figures", {"theory", "constructions", "verify", "paper_figures"}, set()),
 ]
 # The entry points and the benchmark, which reach into the learning side on purpose.
