@@ -137,13 +137,24 @@ def gcs_nodes(port: int, token: str) -> list[tuple[str, str]]:
 
 
 def wait_for(what: str, check, timeout: float, every: float = 0.2):
-    deadline = time.monotonic() + timeout
+    """Poll `check` until it is truthy. A GCS that refuses a connection counts as "not yet"
+    (seen once in CI: the head had printed "Ray runtime started" and its GCS port refused the
+    first call); one that never answers still fails, at the deadline, naming the last error."""
+    import grpc
+
+    deadline, last = time.monotonic() + timeout, None
     while time.monotonic() < deadline:
-        found = check()
+        try:
+            found = check()
+        except grpc.RpcError as e:
+            if e.code() != grpc.StatusCode.UNAVAILABLE:
+                raise
+            found, last = None, e.details()
         if found:
             return found
         time.sleep(every)
-    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}"
+                         + (f" (last: {last})" if last else ""))
 
 
 def stop(proc: subprocess.Popen) -> None:
