@@ -285,87 +285,110 @@ def run(args) -> dict:
         torch.set_num_threads(previous)  # for callers that run several reports in one process
 
 
-def _run(args) -> dict:
+def _build(args, scene):
+    """The untrained denoiser and text encoder; refuses --layers that match no UNet module
+    (only now known, but before any training)."""
+    from verify.images import denoiser
 
-    from constructions.tasks import images as scenes
-    from verify.images import denoiser, pipeline, probes, results
-    from verify.images.activations import Recorder
-    from verify.images.judges import ExactJudge, slot_names
-
-    start = time.perf_counter()
-    seconds = {}
-    progress = False if args.no_progress else None
-    threads = cli.set_threads(args.threads, cli.default_threads(True))
-    out = cli.prepare_out_dir(args.out, "--out", force=None)
-    scene = scenes.Scene(n_objects=args.objects)
-    split = _split(scene, args.train_combinations, args.split_seed)
-    combos = scenes.combinations(scene)
     size = {k: getattr(args, k) for k in ("channels", "layers_per_block", "text_hidden", "text_layers")}
-
-    t = time.perf_counter()
     with tempfile.TemporaryDirectory() as tok_folder:
         pipe = denoiser.build(scene, denoiser.resolve_size(args.preset, **size), args.seed, tok_folder)
     names = [name for name, _ in pipe.unet.named_modules() if name]
-    if not any(re.fullmatch(p, name) for p in args.layers for name in names):  # before any training
+    if not any(re.fullmatch(p, name) for p in args.layers for name in names):
         raise UsageError(f"--layers {' '.join(args.layers)}: no module of the UNet matches (its blocks are "
                          "named like down_blocks.0.attentions.0, mid_block.resnets.0, up_blocks.1.resnets.1)")
-    n_params = {"unet": denoiser.parameters(pipe.unet),
-                "text_encoder": denoiser.parameters(pipe.text_encoder)}
-    seconds["build"] = time.perf_counter() - t
+    return pipe, size
 
-    t = time.perf_counter()
-    train_rows = split.train
+
+def _train(args, pipe, scene, combos, train_rows, progress) -> dict:
+    """Train on the training combinations' renders and prompts: the loss record."""
+    from constructions.tasks import images as scenes
+    from verify.images import denoiser
+
     with cli.progress(args.steps, "train", progress) as bar:
-        training = denoiser.train(pipe, scenes.render(scene, combos[train_rows]), scenes.prompts(scene,
-                                  combos[train_rows]), steps=args.steps, batch=args.batch, lr=args.lr,
-                                  weight_decay=args.weight_decay, p_uncond=args.p_uncond, seed=args.seed,
-                                  device=args.device, progress=lambda s: bar.update(1))
-    seconds["train"] = time.perf_counter() - t
-    seconds["per_step"] = seconds["train"] / args.steps
+        return denoiser.train(pipe, scenes.render(scene, combos[train_rows]),
+                              scenes.prompts(scene, combos[train_rows]), steps=args.steps, batch=args.batch,
+                              lr=args.lr, weight_decay=args.weight_decay, p_uncond=args.p_uncond,
+                              seed=args.seed, device=args.device, progress=lambda s: bar.update(1))
 
-    t = time.perf_counter()
-    folder = out / "pipeline"
-    _save_atomically(pipe.to("cpu"), folder)
-    del pipe
-    seconds["save"] = time.perf_counter() - t
 
-    # The analysis: the saved folder, read back as any pipeline would be.
-    t = time.perf_counter()
-    pipe = pipeline.load(folder, device=args.device)
-    seconds["load"] = time.perf_counter() - t
-    seen = _subset(split.train, args.eval_prompts, args.split_seed, 0)
-    unseen = _subset(split.test, args.eval_prompts, args.split_seed, 1)
-    rows = np.concatenate([seen, unseen])
-    t = time.perf_counter()
+def _generate(args, pipe, scene, rows, progress):
+    """Images of `rows`' prompts, n_seeds each, with the recorded activations: (generation, the
+    layers recorded, the recorder's row bookkeeping)."""
+    from verify.images import pipeline
+    from verify.images.activations import Recorder
+
     with Recorder(pipe, patterns=args.layers) as recorder, \
             cli.progress(len(rows) * args.n_seeds, "generate", progress) as bar:
         generation = pipeline.generate_family(
             pipe, scene, rows, n_seeds=args.n_seeds, steps=args.sample_steps, guidance=args.guidance,
             recorder=recorder, fractions=args.fractions, batch_size=GENERATE_BATCH,
             progress=lambda done: bar.update(done - bar.n))
-        layers = recorder.layers + recorder.text_layers
-    seconds["generate"] = time.perf_counter() - t
+        return generation, recorder.layers + recorder.text_layers, recorder.rows
 
-    t = time.perf_counter()
-    train_prompts, test_prompts = np.arange(len(seen)), np.arange(len(seen), len(rows))
-    image_rows = lambda p: (p[:, None] * args.n_seeds + np.arange(args.n_seeds)).ravel()  # noqa: E731
+
+def _image_rows(prompts: np.ndarray, n_seeds: int) -> np.ndarray:
+    """The images of these prompts (positions in the analysed rows): n_seeds consecutive each."""
+    return (prompts[:, None] * n_seeds + np.arange(n_seeds)).ravel()
+
+
+def _probe(args, scene, combos, rows, generation, train_prompts, test_prompts) -> dict:
+    """The decodability probe per layer, fitted on the training prompts' images only."""
+    from constructions.tasks import images as scenes
+    from verify.images import probes
+
     labels = np.repeat(scenes.labels(scene, combos[rows]), args.n_seeds, axis=0)
-    probe = probes.probe_layers(generation.features, labels, image_rows(train_prompts),
-                                image_rows(test_prompts))
-    seconds["probe"] = time.perf_counter() - t
+    return probes.probe_layers(generation.features, labels, _image_rows(train_prompts, args.n_seeds),
+                               _image_rows(test_prompts, args.n_seeds))
 
-    t = time.perf_counter()
-    judge = ExactJudge()
-    verdict = judge.evaluate(generation.images, scene, np.repeat(rows, args.n_seeds))
-    seconds["judge"] = time.perf_counter() - t
+
+def _success(verdict, scene, prompts: np.ndarray, n_seeds: int) -> dict:
+    """The exact judge's success rate on these prompts' images, overall and per slot."""
+    from verify.images.judges import slot_names
 
     success, slots = np.asarray(verdict.success), np.asarray(verdict.slot_correct)
-    names = slot_names(scene)
+    r = _image_rows(prompts, n_seeds)
+    return dict(rate=_rate(success[r]), images=int(r.size),
+                per_slot={name: _rate(slots[r, j]) for j, name in enumerate(slot_names(scene))})
 
-    def side(prompts):
-        r = image_rows(prompts)
-        return dict(rate=_rate(success[r]), images=int(r.size),
-                    per_slot={name: _rate(slots[r, j]) for j, name in enumerate(names)})
+
+def _run(args) -> dict:
+    from constructions.tasks import images as scenes
+    from verify.images import denoiser, pipeline, probes, results
+    from verify.images.judges import ExactJudge
+
+    start, seconds = time.perf_counter(), {}
+    progress = False if args.no_progress else None
+    threads = cli.set_threads(args.threads, cli.default_threads(True))
+    out = cli.prepare_out_dir(args.out, "--out", force=None)
+    scene = scenes.Scene(n_objects=args.objects)
+    split = _split(scene, args.train_combinations, args.split_seed)
+    combos = scenes.combinations(scene)
+
+    def timed(name, stage, *a):
+        t = time.perf_counter()
+        value = stage(*a)
+        seconds[name] = time.perf_counter() - t
+        return value
+
+    pipe, size = timed("build", _build, args, scene)
+    n_params = {"unet": denoiser.parameters(pipe.unet),
+                "text_encoder": denoiser.parameters(pipe.text_encoder)}
+    training = timed("train", _train, args, pipe, scene, combos, split.train, progress)
+    seconds["per_step"] = seconds["train"] / args.steps
+    folder = out / "pipeline"
+    timed("save", _save_atomically, pipe.to("cpu"), folder)
+    del pipe
+    # The analysis: the saved folder, read back as any pipeline would be.
+    pipe = timed("load", pipeline.load, folder, args.device)
+    seen = _subset(split.train, args.eval_prompts, args.split_seed, 0)
+    unseen = _subset(split.test, args.eval_prompts, args.split_seed, 1)
+    rows = np.concatenate([seen, unseen])
+    generation, layers, recorded_rows = timed("generate", _generate, args, pipe, scene, rows, progress)
+    train_prompts, test_prompts = np.arange(len(seen)), np.arange(len(seen), len(rows))
+    probe = timed("probe", _probe, args, scene, combos, rows, generation, train_prompts, test_prompts)
+    judge = ExactJudge()
+    verdict = timed("judge", judge.evaluate, generation.images, scene, np.repeat(rows, args.n_seeds))
 
     best = probes.best_layer(probe)
     decodability = {layer: {k: s[k] for k in ("test_f1", "test_exact", "train_f1", "train_exact", "dim",
@@ -378,7 +401,7 @@ def _run(args) -> dict:
     record = results.build(
         model=str(folder), pipeline_class=type(pipe).__name__, config_sha256=pipeline.config_hash(pipe),
         family=scene, prompt_rows=rows, generation=generation, split=split, train_prompts=train_prompts,
-        test_prompts=test_prompts, layers=layers, rows=recorder.rows, probe=probe, judge=judge,
+        test_prompts=test_prompts, layers=layers, rows=recorded_rows, probe=probe, judge=judge,
         verdict=verdict, extra={"training": training_record, "config": config, "program": PROGRAM})
     seconds["total"] = time.perf_counter() - start
     results.write(out / "results.json", {**record, "seconds": seconds})
@@ -398,7 +421,8 @@ def _run(args) -> dict:
                      "fractions": args.fractions, "steps_kept": generation.steps_kept},
         "decodability": decodability,
         "best_layer": {"layer": best, **decodability[best]},
-        "success": {"train": side(train_prompts), "test": side(test_prompts)},
+        "success": {"train": _success(verdict, scene, train_prompts, args.n_seeds),
+                    "test": _success(verdict, scene, test_prompts, args.n_seeds)},
         "seconds": seconds, "threads": threads,
         "provenance": {k: record[k] for k in ("code_version", "git_commit", "timestamp")},
         "results_file": str(out / "results.json"),
