@@ -332,3 +332,26 @@ def test_an_analysis_on_the_rendered_family_writes_a_results_file(folder, pipe, 
 def _write(path, obj):
     path.write_text(json.dumps(obj))
     return path
+
+
+def test_the_commit_recorded_is_this_checkouts_never_an_enclosing_repository(tmp_path):
+    """A wheel installed into a venv inside a user's own repository lies in a checkout that is
+    not this project's: its HEAD must not be recorded as the code's."""
+    import shutil
+    import subprocess
+
+    from verify.images.results import git_commit
+
+    if shutil.which("git") is None:
+        pytest.skip("no git")
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-C", str(tmp_path)]
+    subprocess.run([*git, "init", "-q"], check=True)
+    (tmp_path / "f").write_text("x")
+    subprocess.run([*git, "add", "f"], check=True)
+    subprocess.run([*git, "commit", "-q", "-m", "m"], check=True)
+    head = subprocess.run([*git, "rev-parse", "HEAD"], check=True, capture_output=True,
+                          text=True).stdout.strip()
+    site = tmp_path / ".venv" / "lib" / "site-packages"
+    site.mkdir(parents=True)
+    assert git_commit(tmp_path) == head
+    assert git_commit(site) is None

@@ -42,6 +42,7 @@ import numpy as np
 from constructions.tasks import image_setups
 from verify.cli import UsageError
 from verify.images.activations import DEFAULT_FRACTIONS, denoiser_of, text_encoders_of
+from verify.images.judges import as_uint8, combinations, prompt_text
 
 # Config keys that name where or with which library version a component was saved, not what it is.
 _VOLATILE = {"_name_or_path", "_diffusers_version", "transformers_version", "_commit_hash", "architectures",
@@ -184,8 +185,6 @@ def seeds_for(rows: Sequence[int], n_seeds: int, base_seed: int = image_setups.A
 
 def family_prompts(family, rows: Sequence[int]) -> list[str]:
     """The prompts of rows `rows` of a family's prompt table (an ImageSetup or a rendered Scene)."""
-    from verify.images.judges import combinations, prompt_text
-
     table = combinations(family)
     return [prompt_text(family, table[int(r)]) for r in rows]
 
@@ -194,11 +193,6 @@ def generate_family(pipe, family, rows: Sequence[int], n_seeds: int = 1,
                     base_seed: int = image_setups.ANCHOR_SEED, **kwargs) -> Generation:
     """`generate` for prompts `rows` of a family, with the anchor's seeds of those rows."""
     return generate(pipe, family_prompts(family, rows), seeds=seeds_for(rows, n_seeds, base_seed), **kwargs)
-
-
-def to_uint8(images) -> np.ndarray:
-    """(B, H, W, 3) floats in [0, 1] (diffusers' "np" output) to uint8."""
-    return np.clip(np.rint(np.asarray(images, dtype=np.float64) * 255.0), 0, 255).astype(np.uint8)
 
 
 @dataclass
@@ -267,7 +261,7 @@ def generate(pipe, prompts: Sequence[str], n_seeds: int = 1, seeds=None, *, step
         finally:
             if recorder is not None:
                 recorder.clear()
-        images.append(to_uint8(out.images))
+        images.append(as_uint8(out.images))  # diffusers' "np" output: floats in [0, 1]
         if progress is not None:
             progress(start + len(batch))
     scale = getattr(pipe, "guidance_scale", None)

@@ -47,12 +47,17 @@ def family_summary(family) -> dict:
             "slots": list(family.slots), "n_prompts": family.n_prompts}
 
 
-def git_commit() -> str | None:
-    """HEAD of the checkout this code lies in ("+dirty" when it has uncommitted changes), or None."""
-    root = Path(__file__).resolve().parents[2]
+def git_commit(root: str | os.PathLike | None = None) -> str | None:
+    """HEAD of the checkout this code lies in ("+dirty" when it has uncommitted changes), or None.
+    `root`: the project's top folder (default: the one this file lies in)."""
+    root = Path(__file__).resolve().parents[2] if root is None else Path(root).resolve()
     with contextlib.suppress(OSError, subprocess.SubprocessError):
         run = lambda *a: subprocess.run(["git", "-C", str(root), *a], capture_output=True, text=True,  # noqa: E731
                                         timeout=10, check=True).stdout.strip()
+        # A wheel installed into a venv inside someone's own repository lies in a checkout that is
+        # not this project's: only a checkout whose top level holds this code counts.
+        if Path(run("rev-parse", "--show-toplevel")).resolve() != root:
+            return None
         head = run("rev-parse", "HEAD")
         dirty = run("status", "--porcelain", "--untracked-files=no")
         return head + ("+dirty" if dirty else "")
