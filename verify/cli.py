@@ -176,14 +176,28 @@ def add_teacher_flags(p: argparse.ArgumentParser, defaults: dict, *, encodings: 
 
 # --- output files ------------------------------------------------------------------------
 
+def check_out_dir(path: str | os.PathLike, flag: str) -> Path:
+    """What prepare_out_dir checks, without creating anything (for a parse that must leave no
+    trace, as a study's resolving of many runs): not an existing file, and the nearest folder
+    that exists above it is writable."""
+    out = Path(path)
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"{flag} {str(out)!r} is an existing file, not a folder")
+    parent = out
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
+        raise UsageError(f"{flag} {str(out)!r} cannot be written (the folder {str(parent)!r} is not "
+                         "writable)")
+    return out
+
+
 def prepare_out_dir(path: str | os.PathLike, flag: str, *, force: bool | None = None) -> Path:
     """Check, before any work, that `path` can be the folder a CLI writes into: not an
     existing file, creatable, writable. It is created here (an empty folder is all a
     failed run can leave). With `force` False (the --save rule), a folder that already
     holds files is refused; None (the --out rule) lets the CLI replace its own files."""
-    out = Path(path)
-    if out.exists() and not out.is_dir():
-        raise UsageError(f"{flag} {str(out)!r} is an existing file, not a folder")
+    out = check_out_dir(path, flag)
     if force is False and out.is_dir() and any(out.iterdir()):
         names = sorted(p.name for p in out.iterdir())
         shown = ", ".join(names[:4]) + (", …" if len(names) > 4 else "")

@@ -162,7 +162,7 @@ def parse_args(argv=None):
         from verify.studies.store import config_key
 
         args.out = str(DEFAULT_OUT / config_key(run_config(args))[:12])
-    _check_out(args.out)
+    cli.check_out_dir(args.out, "--out")  # nothing is created while parsing
     return args
 
 
@@ -182,18 +182,6 @@ def _resolve_size(args) -> None:
         raise UsageError(f"--preset {args.preset} with the size flags given: {e}") from None
     for key, value in size.items():
         setattr(args, key, value)
-
-
-def _check_out(path: str) -> None:
-    """UsageError unless `path` can become the output folder (nothing is created here)."""
-    out = Path(path)
-    if out.exists() and not out.is_dir():
-        raise UsageError(f"--out {path!r} is an existing file, not a folder")
-    parent = out
-    while not parent.exists():
-        parent = parent.parent
-    if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
-        raise UsageError(f"--out {path!r} cannot be written (the folder {str(parent)!r} is not writable)")
 
 
 def run_config(args) -> dict:
