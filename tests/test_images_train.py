@@ -258,3 +258,41 @@ def test_a_tiny_denoiser_learns_a_few_combinations(tmp_path):
     first, last = r["loss_curve"][0]["loss"], r["loss_curve"][-1]["loss"]
     assert r["first_loss"] > 0.8 and first > 0.7
     assert last < 0.5 * first and last < 0.5
+
+
+@pytest.mark.parametrize("prediction", ["epsilon", "v_prediction", "sample"])
+def test_the_training_target_is_what_the_sampler_reads_back_as_the_clean_image(prediction):
+    """A UNet that outputs exactly the training target at (x0, noise, t) makes the sampler's DDIM
+    step recover x0: training and sampling agree on what the output means. A target of another
+    kind (the noise, where the scheduler expects the velocity) is caught."""
+    import torch
+    from diffusers import DDPMScheduler
+
+    sched = denoiser.sampling_scheduler(prediction)
+    assert sched.config.prediction_type == prediction
+    train_sched = DDPMScheduler.from_config(sched.config)
+    g = torch.Generator().manual_seed(0)
+    x0 = torch.rand((4, 3, 16, 16), generator=g, dtype=torch.float64) * 1.8 - 0.9  # inside the clip range
+    noise = torch.randn((4, 3, 16, 16), generator=g, dtype=torch.float64)
+    sched.set_timesteps(20)
+    for t in sched.timesteps[[0, 5, 19]]:
+        tt = torch.full((4,), int(t))
+        x_t = train_sched.add_noise(x0, noise, tt)
+        target = denoiser._target(train_sched, x0, noise, tt)
+        step = sched.step(target, int(t), x_t)
+        torch.testing.assert_close(step.pred_original_sample, x0, rtol=0, atol=1e-6)
+        if prediction != "epsilon" and int(t) == int(sched.timesteps[0]):  # where the two differ most
+            wrong = sched.step(noise, int(t), x_t).pred_original_sample
+            assert (wrong - x0).abs().max() > 0.1
+
+
+def test_the_prediction_flag_reaches_the_saved_scheduler(tmp_path):
+    from verify.images import train
+
+    assert train.PREDICTIONS == denoiser.PREDICTIONS
+    args = train.parse_args([*TINY, "--prediction", "v_prediction", "--out", str(tmp_path / "o")])
+    assert train.run_config(args)["prediction"] == "v_prediction"
+    from verify.cli import UsageError
+
+    with pytest.raises(UsageError, match="invalid choice: 'x0'"):
+        train.parse_args([*TINY, "--prediction", "x0"])

@@ -46,6 +46,7 @@ from verify.images import tiny
 MAX_TOKENS = 16  # 2 + the longest prompt's words (a two-object prompt has 11)
 TRAIN_TIMESTEPS = 1000
 BETA_SCHEDULE = "squaredcos_cap_v2"
+PREDICTIONS = ("epsilon", "v_prediction", "sample")  # what the UNet may be trained to output
 # Named sizes: UNet channels per resolution (16, 8, 4 pixels), resnets per block, and the text
 # encoder's width and layers. Parameters (unet + text encoder, vocabulary of the 2-object family):
 # tiny 69,763 + 5,200; small 1,054,467 + 29,248; base 1,762,819 + 107,648; large 10,567,107 + 610,176.
@@ -191,17 +192,21 @@ def text_config(vocab_size: int, size: dict):
                           projection_dim=hidden)
 
 
-def sampling_scheduler():
+def sampling_scheduler(prediction: str = "epsilon"):
+    """DDIM over the training schedule; `prediction` is what the UNet outputs (diffusers'
+    prediction_type: epsilon, v_prediction or sample), which training reads from this config too."""
     from diffusers import DDIMScheduler
 
+    if prediction not in PREDICTIONS:
+        raise ValueError(f"prediction must be one of {', '.join(PREDICTIONS)}, got {prediction!r}")
     return DDIMScheduler(num_train_timesteps=TRAIN_TIMESTEPS, beta_schedule=BETA_SCHEDULE, clip_sample=True,
                          clip_sample_range=1.0, set_alpha_to_one=True, timestep_spacing="trailing",
-                         prediction_type="epsilon")
+                         prediction_type=prediction)
 
 
-def build(scene, size: dict, seed: int, tokenizer_folder: str | os.PathLike):
+def build(scene, size: dict, seed: int, tokenizer_folder: str | os.PathLike, prediction: str = "epsilon"):
     """A freshly initialised `PixelTextToImagePipeline` for `scene`, on the CPU (weights from
-    torch.manual_seed(seed))."""
+    torch.manual_seed(seed)), whose UNet predicts `prediction` (see sampling_scheduler)."""
     import torch
     from diffusers import UNet2DConditionModel
     from transformers import CLIPTextModel
@@ -212,7 +217,7 @@ def build(scene, size: dict, seed: int, tokenizer_folder: str | os.PathLike):
     text_encoder = CLIPTextModel(text_config(len(tok), size))
     unet = UNet2DConditionModel(**unet_config(size, scene.size))
     return pipeline_class()(unet=unet, text_encoder=text_encoder, tokenizer=tok,
-                                    scheduler=sampling_scheduler())
+                                    scheduler=sampling_scheduler(prediction))
 
 
 def pipeline_class():
@@ -354,9 +359,9 @@ def train(pipe, images, prompts: Sequence[str], *, steps: int, batch: int, lr: f
           grad_clip: float = 1.0, log_points: int = 10, progress=None) -> dict:
     """Train `pipe`'s unet and text encoder on (images[i], prompts[i]) pairs: per step `batch`
     pairs drawn uniformly with replacement, a uniform DDPM timestep and Gaussian noise each, the
-    prompt replaced by "" with probability p_uncond; MSE between the predicted and the true
-    noise; AdamW (lr, weight_decay), gradients clipped to norm grad_clip. Returns the loss curve
-    (the mean loss over each of log_points equal windows of steps, at the window's last step) and
+    prompt replaced by "" with probability p_uncond; MSE between the UNet's output and its target
+    (the noise, the velocity or the clean image: the scheduler's prediction_type); AdamW (lr,
+    weight_decay), gradients clipped to norm grad_clip. Returns the loss curve (the mean loss over each of log_points equal windows of steps, at the window's last step) and
     the first and last steps' losses. `progress`, if given, is called with each finished step."""
     import torch
     import torch.nn.functional as F
@@ -385,7 +390,7 @@ def train(pipe, images, prompts: Sequence[str], *, steps: int, batch: int, lr: f
             x_t = noise_scheduler.add_noise(x0_all[idx], noise, t).to(device)
             hidden = text_encoder(ids.to(device)).last_hidden_state
             pred = unet(x_t, t.to(device), encoder_hidden_states=hidden).sample
-            loss = F.mse_loss(pred, noise.to(device))
+            loss = F.mse_loss(pred, _target(noise_scheduler, x0_all[idx], noise, t).to(device))
             opt.zero_grad(set_to_none=True)
             loss.backward()
             if grad_clip:
@@ -402,6 +407,16 @@ def train(pipe, images, prompts: Sequence[str], *, steps: int, batch: int, lr: f
     curve = [dict(step=int(hi), loss=float(losses[lo:hi].mean()))
              for lo, hi in zip(edges[:-1], edges[1:], strict=True)]
     return dict(loss_curve=curve, first_loss=float(losses[0]), last_loss=float(losses[-1]))
+
+
+def _target(scheduler, x0, noise, t):
+    """What the UNet is trained to output at (x0, noise, t) under the scheduler's prediction_type."""
+    kind = scheduler.config.prediction_type
+    if kind == "epsilon":
+        return noise
+    if kind == "v_prediction":
+        return scheduler.get_velocity(x0, noise, t)
+    return x0
 
 
 def save(pipe, folder: str | os.PathLike) -> Path:

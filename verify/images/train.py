@@ -16,6 +16,9 @@ analysed as a real model would be:
    prompts' images (weighted F1, exact match);
 6. judge every image with the exact judge (shape, colour and position read from the pixels).
 
+Steps 4 to 6 are verify.images.analyse's, the code of `python -m verify.images analyse`: the
+trained folder is analysed exactly as any other pipeline is.
+
 The report holds the configuration, the split with its coverage, the loss curve, decodability per
 layer, the success rates on training and held-out prompts (per slot too), timings and provenance;
 OUT/results.json holds the analysis record (verify.images.results) with the training added.
@@ -28,7 +31,6 @@ as it runs verify.sgd. Exit codes: 0 done, 2 usage error, 3 internal error, 130 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import functools
 import math
 import os
@@ -48,6 +50,7 @@ PROG = "python -m verify.images.train"
 PROGRAM = "verify.images.train"
 PRESET_NAMES = ("tiny", "small", "base", "large")  # verify.images.denoiser.PRESETS, without importing it
 DEFAULT_FRACTIONS = (0.3, 0.5, 0.7, 1.0)  # verify.images.activations.DEFAULT_FRACTIONS
+PREDICTIONS = ("epsilon", "v_prediction", "sample")  # verify.images.denoiser.PREDICTIONS
 # Settings that do not change a run's result, left out of its configuration's key.
 RUNTIME = ("threads", "no_progress", "json", "out", "device")
 # Flags resolved into others, left out of the key too: --held-out becomes train_combinations.
@@ -83,6 +86,9 @@ def build_parser() -> cli.Parser:
     p.add_argument("--layers-per-block", type=positive_int, help="UNet resnets per block")
     p.add_argument("--text-hidden", type=positive_int, help="text encoder width (even)")
     p.add_argument("--text-layers", type=positive_int, help="text encoder layers")
+    p.add_argument("--prediction", choices=PREDICTIONS, default="epsilon",
+                   help="what the UNet is trained to output: the noise (epsilon), the velocity "
+                        "(v_prediction) or the clean image (sample) (default epsilon)")
     p.add_argument("--steps", type=positive_int, default=2000, help="training steps (default 2000)")
     p.add_argument("--batch", type=positive_int, default=64, help="images per training step (default 64)")
     p.add_argument("--lr", type=positive_float, default=1e-3, help="AdamW learning rate (default 1e-3)")
@@ -208,14 +214,6 @@ def _split(scene, n_train: int, seed: int):
                          seed=seed)
 
 
-def _subset(rows: np.ndarray, k: int, seed: int, side: int) -> np.ndarray:
-    """k of `rows` at random (all of them when k is 0 or at least their number), sorted."""
-    if k == 0 or k >= len(rows):
-        return np.asarray(rows, dtype=np.int64)
-    rng = np.random.default_rng([seed, 25, side])
-    return np.sort(rng.choice(rows, size=k, replace=False)).astype(np.int64)
-
-
 def _save_atomically(pipe, folder: Path) -> None:
     """save_pretrained into a temporary folder beside `folder`, then put it in `folder`'s place:
     a crash leaves the old pipeline or the new one."""
@@ -237,37 +235,15 @@ def _save_atomically(pipe, folder: Path) -> None:
         raise
 
 
-def _rate(x: np.ndarray) -> float | None:
-    return float(np.mean(x)) if x.size else None
-
-
-@contextlib.contextmanager
-def _quiet_libraries():
-    """diffusers' and transformers' own progress bars and notices (loading, writing shards, a
-    missing accelerate) off for the block: this program has its own bars."""
-    from diffusers.utils import logging as dlog
-    from transformers.utils import logging as tlog
-
-    before = [(lib, lib.get_verbosity(), lib.is_progress_bar_enabled()) for lib in (dlog, tlog)]
-    for lib, _, _ in before:
-        lib.set_verbosity_error()
-        lib.disable_progress_bar()
-    try:
-        yield
-    finally:
-        for lib, verbosity, bars in before:
-            lib.set_verbosity(verbosity)
-            if bars:
-                lib.enable_progress_bar()
-
-
 def run(args) -> dict:
     """One run: train, save, load, generate, probe, judge; the report (JSON-able)."""
     import torch
 
+    from verify.images.analyse import quiet_libraries
+
     previous = torch.get_num_threads()
     try:
-        with _quiet_libraries():
+        with quiet_libraries():
             return _run(args)
     finally:
         torch.set_num_threads(previous)  # for callers that run several reports in one process
@@ -280,7 +256,8 @@ def _build(args, scene):
 
     size = {k: getattr(args, k) for k in ("channels", "layers_per_block", "text_hidden", "text_layers")}
     with tempfile.TemporaryDirectory() as tok_folder:
-        pipe = denoiser.build(scene, denoiser.resolve_size(args.preset, **size), args.seed, tok_folder)
+        pipe = denoiser.build(scene, denoiser.resolve_size(args.preset, **size), args.seed, tok_folder,
+                              args.prediction)
     names = [name for name, _ in pipe.unet.named_modules() if name]
     if not any(re.fullmatch(p, name) for p in args.layers for name in names):
         raise UsageError(f"--layers {' '.join(args.layers)}: no module of the UNet matches (its blocks are "
@@ -300,49 +277,9 @@ def _train(args, pipe, scene, combos, train_rows, progress) -> dict:
                               seed=args.seed, device=args.device, progress=lambda s: bar.update(1))
 
 
-def _generate(args, pipe, scene, rows, progress):
-    """Images of `rows`' prompts, n_seeds each, with the recorded activations: (generation, the
-    layers recorded, the recorder's row bookkeeping)."""
-    from verify.images import pipeline
-    from verify.images.activations import Recorder
-
-    with Recorder(pipe, patterns=args.layers) as recorder, \
-            cli.progress(len(rows) * args.n_seeds, "generate", progress) as bar:
-        generation = pipeline.generate_family(
-            pipe, scene, rows, n_seeds=args.n_seeds, steps=args.sample_steps, guidance=args.guidance,
-            recorder=recorder, fractions=args.fractions, batch_size=GENERATE_BATCH,
-            progress=lambda done: bar.update(done - bar.n))
-        return generation, recorder.layers + recorder.text_layers, recorder.rows
-
-
-def _image_rows(prompts: np.ndarray, n_seeds: int) -> np.ndarray:
-    """The images of these prompts (positions in the analysed rows): n_seeds consecutive each."""
-    return (prompts[:, None] * n_seeds + np.arange(n_seeds)).ravel()
-
-
-def _probe(args, scene, combos, rows, generation, train_prompts, test_prompts) -> dict:
-    """The decodability probe per layer, fitted on the training prompts' images only."""
-    from constructions.tasks import images as scenes
-    from verify.images import probes
-
-    labels = np.repeat(scenes.labels(scene, combos[rows]), args.n_seeds, axis=0)
-    return probes.probe_layers(generation.features, labels, _image_rows(train_prompts, args.n_seeds),
-                               _image_rows(test_prompts, args.n_seeds))
-
-
-def _success(verdict, scene, prompts: np.ndarray, n_seeds: int) -> dict:
-    """The exact judge's success rate on these prompts' images, overall and per slot."""
-    from verify.images.judges import slot_names
-
-    success, slots = np.asarray(verdict.success), np.asarray(verdict.slot_correct)
-    r = _image_rows(prompts, n_seeds)
-    return dict(rate=_rate(success[r]), images=int(r.size),
-                per_slot={name: _rate(slots[r, j]) for j, name in enumerate(slot_names(scene))})
-
-
 def _run(args) -> dict:
     from constructions.tasks import images as scenes
-    from verify.images import denoiser, pipeline, probes, results
+    from verify.images import analyse, denoiser, pipeline, probes, results
     from verify.images.judges import ExactJudge
 
     start, seconds = time.perf_counter(), {}
@@ -367,30 +304,27 @@ def _run(args) -> dict:
     folder = out / "pipeline"
     timed("save", _save_atomically, pipe.to("cpu"), folder)
     del pipe
-    # The analysis: the saved folder, read back as any pipeline would be.
+    # The analysis: the saved folder, read back as any pipeline would be, analysed as
+    # `python -m verify.images analyse` analyses one (the same code).
     pipe = timed("load", pipeline.load, folder, args.device)
-    seen = _subset(split.train, args.eval_prompts, args.split_seed, 0)
-    unseen = _subset(split.test, args.eval_prompts, args.split_seed, 1)
-    rows = np.concatenate([seen, unseen])
-    generation, layers, recorded_rows = timed("generate", _generate, args, pipe, scene, rows, progress)
-    train_prompts, test_prompts = np.arange(len(seen)), np.arange(len(seen), len(rows))
-    probe = timed("probe", _probe, args, scene, combos, rows, generation, train_prompts, test_prompts)
-    judge = ExactJudge()
-    verdict = timed("judge", judge.evaluate, generation.images, scene, np.repeat(rows, args.n_seeds))
+    seen = analyse.subset(split.train, args.eval_prompts, args.split_seed, 0)
+    unseen = analyse.subset(split.test, args.eval_prompts, args.split_seed, 1)
+    settings = analyse.Settings(n_seeds=args.n_seeds, steps=args.sample_steps, guidance=args.guidance,
+                                layers=tuple(args.layers), fractions=tuple(args.fractions),
+                                batch=GENERATE_BATCH)
+    a = analyse.analyse(pipe, scene, seen, unseen, ExactJudge(), settings, progress)
+    seconds.update(a.seconds)
+    generation = a.generation
 
-    best = probes.best_layer(probe)
-    decodability = {layer: {k: s[k] for k in ("test_f1", "test_exact", "train_f1", "train_exact", "dim",
-                                              "converged")} for layer, s in probe.items()}
+    best = probes.best_layer(a.probe)
+    decodability = analyse.decodability(a.probe)
     config = run_config(args)
     training_record = dict(training, steps=args.steps, batch=args.batch, lr=args.lr,
                            weight_decay=args.weight_decay, p_uncond=args.p_uncond, seed=args.seed,
                            training_combinations=[int(r) for r in split.train], parameters=n_params,
                            size=dict(preset=args.preset, **size), threads=threads)
-    record = results.build(
-        model=str(folder), pipeline_class=type(pipe).__name__, config_sha256=pipeline.config_hash(pipe),
-        family=scene, prompt_rows=rows, generation=generation, split=split, train_prompts=train_prompts,
-        test_prompts=test_prompts, layers=layers, rows=recorded_rows, probe=probe, judge=judge,
-        verdict=verdict, extra={"training": training_record, "config": config, "program": PROGRAM})
+    record = analyse.record(a, model=folder, pipe=pipe, split=split,
+                            extra={"training": training_record, "config": config, "program": PROGRAM})
     seconds["total"] = time.perf_counter() - start
     results.write(out / "results.json", {**record, "seconds": seconds})
     return cli.plain({
@@ -405,12 +339,11 @@ def _run(args) -> dict:
                                                      "batch", "lr", "weight_decay", "p_uncond", "seed")},
         "analysis": {"train_prompts": [int(r) for r in seen], "test_prompts": [int(r) for r in unseen],
                      "n_seeds": args.n_seeds, "sample_steps": args.sample_steps,
-                     "guidance": generation.guidance, "cfg": generation.cfg, "layers": layers,
+                     "guidance": generation.guidance, "cfg": generation.cfg, "layers": a.layers,
                      "fractions": args.fractions, "steps_kept": generation.steps_kept},
         "decodability": decodability,
         "best_layer": {"layer": best, **decodability[best]},
-        "success": {"train": _success(verdict, scene, train_prompts, args.n_seeds),
-                    "test": _success(verdict, scene, test_prompts, args.n_seeds)},
+        "success": {"train": a.success("train"), "test": a.success("test")},
         "seconds": seconds, "threads": threads,
         "provenance": {k: record[k] for k in ("code_version", "git_commit", "timestamp")},
         "results_file": str(out / "results.json"),
