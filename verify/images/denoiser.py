@@ -361,8 +361,9 @@ def train(pipe, images, prompts: Sequence[str], *, steps: int, batch: int, lr: f
     pairs drawn uniformly with replacement, a uniform DDPM timestep and Gaussian noise each, the
     prompt replaced by "" with probability p_uncond; MSE between the UNet's output and its target
     (the noise, the velocity or the clean image: the scheduler's prediction_type); AdamW (lr,
-    weight_decay), gradients clipped to norm grad_clip. Returns the loss curve (the mean loss over each of log_points equal windows of steps, at the window's last step) and
-    the first and last steps' losses. `progress`, if given, is called with each finished step."""
+    weight_decay), gradients clipped to norm grad_clip. Returns the loss curve (the mean loss
+    over each of log_points equal windows of steps, at the window's last step) and the first
+    and last steps' losses. `progress`, if given, is called with each finished step."""
     import torch
     import torch.nn.functional as F
     from diffusers import DDPMScheduler
