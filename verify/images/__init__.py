@@ -12,6 +12,11 @@
   with a CLIP text encoder and a word-level tokenizer), built at a named size and trained here.
 - `train`: `python -m verify.images.train`, one controlled run: train on a split's combinations,
   save, then analyse the saved folder as a real model (probe per layer, exact judge).
+- `analyse`: the analysis of any text-to-image pipeline on a prompt family (an anchor setup or the
+  rendered family): split with coverage, seeded generation with recorded activations, the probe
+  per layer, the judge, the results file; and the summary of results files. `train` analyses
+  through it.
+- `__main__`: `python -m verify.images train | analyse | report`, the experiment's command line.
 
 Nothing here imports diffusers or transformers at import time; they are the optional extra
 `images` (pip install -e '.[images]').
