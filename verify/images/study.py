@@ -1,0 +1,289 @@
+"""A study of the controlled image experiment, read back from its store: the report of
+`python -m verify.study report STUDY` for a study whose program is verify.images.train.
+
+The paper's last claim: where a network composes, a task's constituents are linearly decodable
+from its activations, and decodability tracks whether text-to-image models compose. One point
+per run:
+
+- x, decodability: the probe's weighted F1 on the held-out prompts' images, at the denoiser's
+  best layer (the UNet layer with the highest held-out F1; the text encoder, which reads the
+  prompt itself, is reported beside it and never chosen);
+- y, success: the share of held-out prompts' images the exact judge finds fully right.
+
+The report gives each run; the mean ± sd over seeds per setting (training combinations, model);
+whether more training combinations and a larger model help held-out success (the two ends of
+each ladder, at every other setting alike: an effect when the difference is beyond MIN_EFFECT
+and twice its standard error over seeds, the rule of the other families' tables); and the
+correlation of x with y across runs, Pearson and Spearman, each with a percentile bootstrap
+interval over runs. Coverage moves both x and y, so the correlation within settings of equal
+coverage (x and y less their coverage's mean) is given too: whether decodability predicts
+success beyond what the number of training combinations does.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+
+from verify import cli
+from verify.learning.records import mean_sd
+from verify.studies.effects import _csv_text, _hashable, _key_cell, code_of
+from verify.studies.store import RunStore
+
+# The settings that make a model's size: runs that differ in them are compared by parameters.
+SIZE_KEYS = ("preset", "channels", "layers_per_block", "text_hidden", "text_layers")
+TEXT_LAYER_PREFIX = "text_encoder"
+MIN_EFFECT = 0.02  # the smallest difference of held-out success called an effect
+PAPER_EFFECTS = {"train_combinations": "helps", "parameters": "helps"}  # more data, a larger model
+BOOTSTRAP = 10_000
+BOOTSTRAP_SEED = 0
+LEVEL = 0.95
+RUN_COLUMNS = ("key", "seed", "train_combinations", "model", "parameters", "train_success", "test_success",
+               "best_layer", "decodability", "decodability_exact", "text_decodability", "code")
+
+
+def is_text_layer(layer: str) -> bool:
+    return layer.split("@")[0].startswith(TEXT_LAYER_PREFIX)
+
+
+def best_unet_layer(decodability: dict) -> str | None:
+    """The denoiser layer with the highest held-out F1 (the first of ties, in the report's order)."""
+    layers = [k for k in decodability if not is_text_layer(k)]
+    return max(layers, key=lambda k: decodability[k]["test_f1"]) if layers else None
+
+
+def run_row(run: dict, fingerprint: str | None = None) -> dict:
+    """One done run as the report reads it."""
+    r, config = run["report"], run["config"]
+    size = r["model"]["size"]
+    params = r["model"]["parameters"]
+    best = best_unet_layer(r["decodability"])
+    text = [d["test_f1"] for k, d in r["decodability"].items() if is_text_layer(k) and "@" not in k]
+    model = f"{size['preset']} {'-'.join(map(str, size['channels']))}/{size['layers_per_block']}, text " \
+            f"{size['text_hidden']}×{size['text_layers']}"
+    return dict(key=run["key"], seed=config["seed"], train_combinations=config["train_combinations"],
+                model=model, parameters=int(params["unet"] + params["text_encoder"]),
+                train_success=r["success"]["train"]["rate"], test_success=r["success"]["test"]["rate"],
+                best_layer=best, decodability=r["decodability"][best]["test_f1"] if best else None,
+                decodability_exact=r["decodability"][best]["test_exact"] if best else None,
+                text_decodability=max(text) if text else None, layers=r["decodability"],
+                config=config, code=code_of(run, fingerprint))
+
+
+# --- statistics ----------------------------------------------------------------------------------
+
+def _ranks(a: np.ndarray) -> np.ndarray:
+    """Ranks along the last axis, ties averaged (scipy.stats.rankdata, row by row)."""
+    from scipy.stats import rankdata
+
+    return rankdata(a, axis=-1)
+
+
+def _pearson_rows(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Pearson's r of each row pair; nan where either row is constant."""
+    xc, yc = x - x.mean(-1, keepdims=True), y - y.mean(-1, keepdims=True)
+    den = np.sqrt((xc * xc).sum(-1) * (yc * yc).sum(-1))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(den > 0, (xc * yc).sum(-1) / np.where(den > 0, den, 1.0), np.nan)
+
+
+def correlation(x, y, *, n_boot: int = BOOTSTRAP, seed: int = BOOTSTRAP_SEED, level: float = LEVEL) -> dict:
+    """Pearson's and Spearman's correlation of paired samples with percentile bootstrap
+    intervals (pairs resampled with replacement; resamples where either side is constant are
+    dropped and counted), and scipy's two-sided p-values (which assume independent pairs)."""
+    from scipy import stats
+
+    x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
+    n = len(x)
+    out = dict(n=n, level=level, bootstrap=n_boot, seed=seed)
+    if n < 3 or np.ptp(x) == 0 or np.ptp(y) == 0:
+        return out | dict(status="too few points or a constant side", pearson=None, spearman=None)
+    idx = np.random.default_rng(seed).integers(0, n, size=(n_boot, n))
+    xb, yb = x[idx], y[idx]
+    tail = (1 - level) / 2
+    for name, point, p, boot in (
+            ("pearson", *stats.pearsonr(x, y), _pearson_rows(xb, yb)),
+            ("spearman", *stats.spearmanr(x, y), _pearson_rows(_ranks(xb), _ranks(yb)))):
+        kept = boot[np.isfinite(boot)]
+        lo, hi = np.quantile(kept, [tail, 1 - tail]) if len(kept) else (math.nan, math.nan)
+        out[name] = dict(r=float(point), p=float(p), lo=float(lo), hi=float(hi),
+                         degenerate=int(n_boot - len(kept)))
+    return out | dict(status="fitted")
+
+
+def within(values, groups) -> np.ndarray:
+    """Each value less the mean of its group's values."""
+    values = np.asarray(values, dtype=np.float64)
+    out = values.copy()
+    for g in set(groups):
+        m = np.array([h == g for h in groups])
+        out[m] -= values[m].mean()
+    return out
+
+
+def ladder_effects(groups: list[dict], factor: str) -> list[dict]:
+    """Along `factor`, at each setting of the other keys where it takes ≥ 2 values: the held-out
+    success of its largest value less that of its smallest, with its verdict."""
+    others = [k for k in groups[0]["setting"] if k != factor] if groups else []
+    buckets: dict[tuple, list[dict]] = {}
+    for g in groups:
+        buckets.setdefault(tuple(_hashable(g["setting"][k]) for k in others), []).append(g)
+    out = []
+    for at, members in buckets.items():
+        members = sorted(members, key=lambda g: g["setting"][factor])
+        lo, hi = members[0], members[-1]
+        if lo is hi or lo["test_success_mean"] is None or hi["test_success_mean"] is None:
+            continue
+        diff = hi["test_success_mean"] - lo["test_success_mean"]
+        se = math.sqrt(hi["test_success_sd"] ** 2 / hi["runs"] + lo["test_success_sd"] ** 2 / lo["runs"])
+        threshold = max(MIN_EFFECT, 2 * se)
+        seen = "helps" if diff > threshold else "hurts" if diff < -threshold else "no clear effect"
+        out.append(dict(factor=factor, at=dict(zip(others, at, strict=True)), low=lo["setting"][factor],
+                        high=hi["setting"][factor], difference=diff, threshold=threshold, effect=seen,
+                        paper=PAPER_EFFECTS[factor], agrees=seen == PAPER_EFFECTS[factor],
+                        ladder=[(g["setting"][factor], g["test_success_mean"]) for g in members]))
+    return out
+
+
+# --- the table -----------------------------------------------------------------------------------
+
+def _group_rows(runs: list[dict]) -> list[dict]:
+    """Mean ± sd over seeds per setting: training combinations × model (by parameters)."""
+    buckets: dict[tuple, list[dict]] = {}
+    for r in runs:
+        buckets.setdefault((r["train_combinations"], r["parameters"], r["model"]), []).append(r)
+    rows = []
+    for (n_train, parameters, model), members in sorted(buckets.items()):
+        row = dict(setting=dict(train_combinations=n_train, parameters=parameters), model=model,
+                   runs=len(members), seeds=sorted(m["seed"] for m in members))
+        for metric in ("train_success", "test_success", "decodability", "text_decodability"):
+            row[f"{metric}_mean"], row[f"{metric}_sd"] = mean_sd([m[metric] for m in members])
+        rows.append(row)
+    return rows
+
+
+def effects_table(study: str, scale: str, out: Path, keys: set[str] | None = None,
+                  fingerprint: str | None = None) -> dict:
+    """The report of the runs in `keys` (the study's grid as it is now), or of every stored run;
+    with `fingerprint` (the program's code fingerprint), runs made by other or unknown code are
+    marked."""
+    with RunStore(out / "study.sqlite", readonly=True) as store:
+        stored = store.rows()
+    runs = [r for r in stored if keys is None or r["key"] in keys]
+    done = [run_row(r, fingerprint) for r in runs if r["status"] == "done"]
+    failed = [r for r in runs if r["status"] == "failed"]
+    done.sort(key=lambda r: (r["train_combinations"], r["parameters"], r["seed"]))
+    groups = _group_rows(done)
+    effects = [e for f in PAPER_EFFECTS for e in ladder_effects(groups, f)]
+    x = [r["decodability"] for r in done]
+    y = [r["test_success"] for r in done]
+    coverage = [r["train_combinations"] for r in done]
+    fit = correlation(x, y) if done else dict(n=0, status="no runs", pearson=None, spearman=None)
+    fit_within = (correlation(within(x, coverage), within(y, coverage)) if len(set(coverage)) < len(done)
+                  else dict(n=len(done), status="no two runs share a coverage", pearson=None, spearman=None))
+    notes = []
+    if y:
+        notes.append(f"held-out success spans {min(y):.3f}–{max(y):.3f} across the {len(y)} runs")
+    stale = [r for r in done if r["code"] != "current"] if fingerprint else []
+    if stale:
+        notes.append(f"{len(stale)} of {len(done)} runs were not made by this code (the `code` column); "
+                     f"rerun them with `python -m verify.study run {study} --scale {scale} --rerun-stale`")
+    if failed:
+        notes.append(f"{len(failed)} runs failed (python -m verify.study export shows each error)")
+    if keys is not None and len(done) + len(failed) < len(keys):
+        missing = len(keys) - len(done) - len(failed)
+        notes.append(f"{missing} of the grid's {len(keys)} runs have no result yet")
+    left_out = len(stored) - len(runs)
+    if left_out:
+        notes.append(f"{left_out} stored runs belong to an earlier version of the grid and are left out")
+    return cli.plain(dict(study=study, scale=scale, program="verify.images.train", runs_done=len(done),
+                          runs_failed=len(failed), runs=[{k: r[k] for k in RUN_COLUMNS} for r in done],
+                          layers={r["key"]: {k: v["test_f1"] for k, v in r["layers"].items()} for r in done},
+                          groups=groups, effects=effects, correlation=fit,
+                          correlation_within_coverage=fit_within, notes=notes,
+                          code_fingerprint=fingerprint, columns=list(RUN_COLUMNS)))
+
+
+def _f(v, spec=".3f") -> str:
+    return "—" if v is None else format(v, spec)
+
+
+def _fit_line(name: str, fit: dict) -> str:
+    if fit["status"] != "fitted":
+        return f"- {name}: {fit['status']} (n = {fit['n']})"
+    p, s = fit["pearson"], fit["spearman"]
+    pct = round(100 * fit["level"])
+    return (f"- {name} (n = {fit['n']} runs): Pearson r = {p['r']:.3f} [{p['lo']:.3f}, {p['hi']:.3f}] "
+            f"(p = {p['p']:.2g}), Spearman ρ = {s['r']:.3f} [{s['lo']:.3f}, {s['hi']:.3f}] "
+            f"(p = {s['p']:.2g}); "
+            f"{pct}% percentile bootstrap intervals, {fit['bootstrap']:,} resamples of runs")
+
+
+def format_markdown(table: dict) -> str:
+    lines = [f"# {table['study']} ({table['scale']}): {table['runs_done']} runs done, "
+             f"{table['runs_failed']} failed", "",
+             "Decodability: the probe's held-out weighted F1 at the denoiser's best layer; success: held-out "
+             "prompts' images the exact judge finds fully right.", "",
+             "## Decodability against held-out success", "",
+             _fit_line("across runs", table["correlation"]),
+             _fit_line("within equal coverage (each less its coverage's mean)",
+                       table["correlation_within_coverage"]), "",
+             "## Per setting (mean ± sd over seeds)", "",
+             "| training combinations | model | parameters | runs | training success | held-out success "
+             "| decodability | text encoder F1 |", "|---|---|---|---|---|---|---|---|"]
+    for g in table["groups"]:
+        def ms(m, g=g):
+            return f"{_f(g[m + '_mean'])} ± {_f(g[m + '_sd'])}"
+        setting = g["setting"]
+        lines.append(f"| {setting['train_combinations']} | {g['model']} | {setting['parameters']:,} | "
+                     f"{g['runs']} | {ms('train_success')} | {ms('test_success')} | {ms('decodability')} | "
+                     f"{ms('text_decodability')} |")
+    lines += ["", "## Effects on held-out success (the paper: more data and larger models help)", ""]
+    if not table["effects"]:
+        lines.append("- no ladder: the grid varies neither coverage nor model size at a fixed other setting")
+    for e in table["effects"]:
+        at = ", ".join(f"{k} {_key_cell(v)}" for k, v in e["at"].items())
+        lines.append(f"- {e['factor']} {e['low']} → {e['high']} (at {at}): {e['difference']:+.3f} "
+                     f"({e['effect']}; threshold {e['threshold']:.3f}); paper: {e['paper']}; agrees: "
+                     f"{'yes' if e['agrees'] else 'NO'}")
+    lines += ["", "## Runs", "", "| " + " | ".join(RUN_COLUMNS[1:]) + " |",
+              "|" + "---|" * (len(RUN_COLUMNS) - 1)]
+    for r in table["runs"]:
+        lines.append("| " + " | ".join(_key_cell(r[c]) if not isinstance(r[c], float) else f"{r[c]:.3f}"
+                                       for c in RUN_COLUMNS[1:]) + " |")
+    if table["notes"]:
+        lines += [""] + [f"- {n}" for n in table["notes"]]
+    return "\n".join(lines)
+
+
+def write_table(table: dict, out: Path) -> None:
+    cli.write_text_atomic(out / "effects.md", format_markdown(table) + "\n")
+    cli.write_text_atomic(out / "effects.csv", _csv_text(list(RUN_COLUMNS), table["runs"]))
+
+
+def export_csv(out: Path, path: Path) -> int:
+    """Every run, one line per (run, layer): its configuration, status, error, success and the
+    layer's held-out decodability."""
+    with RunStore(out / "study.sqlite", readonly=True) as store:
+        runs = store.rows()
+    config_keys = sorted({k for r in runs for k in r["config"]})
+    lines = []
+    for r in runs:
+        base = dict(key=r["key"], status=r["status"], error=r["error"], seconds=r["seconds"],
+                    attempts=r["attempts"],
+                    **{k: _key_cell(_hashable(r["config"].get(k))) for k in config_keys},
+                    code_version=r["code_version"], code_fingerprint=r["code_fingerprint"])
+        if r["status"] != "done":
+            lines.append(base)
+            continue
+        rep = r["report"]
+        for layer, d in rep["decodability"].items():
+            lines.append(base | dict(train_success=rep["success"]["train"]["rate"],
+                                     test_success=rep["success"]["test"]["rate"], layer=layer,
+                                     test_f1=d["test_f1"], test_exact=d["test_exact"],
+                                     train_f1=d["train_f1"]))
+    columns = list(dict.fromkeys(c for line in lines for c in line))
+    cli.write_text_atomic(path, _csv_text(columns, lines))
+    return len(runs)
