@@ -300,3 +300,19 @@ def test_the_prediction_flag_reaches_the_saved_scheduler(tmp_path):
 
     with pytest.raises(UsageError, match="invalid choice: 'x0'"):
         train.parse_args([*TINY, "--prediction", "x0"])
+
+
+def test_the_reports_samples_are_held_out_images_with_their_prompts_and_verdicts(tiny_run):
+    from verify.images.analyse import sample_images
+
+    args, report = tiny_run
+    s = report["samples"]
+    images = sample_images(s)
+    scene = scenes.Scene(n_objects=args.objects)
+    k = min(train.SAMPLES, len(report["analysis"]["test_prompts"]))
+    assert images.shape == (k, 16, 16, 3) and s["side"] == "test"
+    assert s["prompt_rows"] == report["analysis"]["test_prompts"][:k]  # held-out rows, in the analysed order
+    combos = scenes.combinations(scene)[s["prompt_rows"]]
+    assert s["prompts"] == scenes.prompts(scene, combos)
+    # The exact judge's verdict on exactly these images.
+    assert s["success"] == scenes.correct(scenes.read(scene, images), combos).tolist()

@@ -207,6 +207,29 @@ def success(verdict, fam, prompts, n_seeds: int) -> dict:
                 per_slot={name: _rate(slots[r, j]) for j, name in enumerate(slot_names(fam))})
 
 
+def samples(a: Analysis, side: str = "test", k: int = 8) -> dict:
+    """The first seed's image of up to k of a side's prompts, for a figure: their prompts, prompt
+    rows and verdicts, and the images (k, H, W, 3) uint8 as base64 of their raw bytes (8 16×16
+    images: 8 kB of JSON)."""
+    import base64
+
+    prompts = (a.train_prompts if side == "train" else a.test_prompts)[:k]
+    rows = image_rows(prompts, a.n_seeds)[:: a.n_seeds]  # seed 0 of each prompt
+    images = np.ascontiguousarray(a.generation.images[rows], dtype=np.uint8)
+    return dict(side=side, prompts=[a.generation.prompts[i] for i in prompts],
+                prompt_rows=[int(a.prompt_rows[i]) for i in prompts],
+                success=[bool(v) for v in np.asarray(a.verdict.success)[rows]], shape=list(images.shape),
+                uint8_base64=base64.b64encode(images.tobytes()).decode("ascii"))
+
+
+def sample_images(samples: dict) -> np.ndarray:
+    """The images `samples` holds, (k, H, W, 3) uint8."""
+    import base64
+
+    raw = base64.b64decode(samples["uint8_base64"])
+    return np.frombuffer(raw, dtype=np.uint8).reshape(samples["shape"])
+
+
 def decodability(scores: dict) -> dict:
     """The probe's scores per layer as a report shows them."""
     keys = ("test_f1", "test_exact", "train_f1", "train_exact", "dim", "converged")

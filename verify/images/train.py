@@ -57,6 +57,7 @@ RUNTIME = ("threads", "no_progress", "json", "out", "device")
 RESOLVED = ("held_out",)
 DEFAULT_OUT = Path("out") / "images-train"  # relative to the working folder; a run goes in <key[:12]>/
 GENERATE_BATCH = 64
+SAMPLES = 8  # held-out images kept in the report (the first seed of the first prompts), for the figure
 
 
 def _fraction_below_one(text: str) -> float:
@@ -79,7 +80,7 @@ def build_parser() -> cli.Parser:
     p.add_argument("--split-seed", type=cli.seed, default=0,
                    help="seed of the split and of the analysed prompts' subsets (default 0)")
     p.add_argument("--preset", choices=PRESET_NAMES, default="small",
-                   help="model size: tiny (75k parameters), small (1.1M), base (1.9M), large (11M); the "
+                   help="model size: tiny (70k parameters), small (1.0M), base (1.8M), large (10.7M); the "
                         "flags below override its parts (default small)")
     p.add_argument("--channels", type=positive_int, nargs="+",
                    help="UNet channels per resolution (16, 8, 4, 2 pixels), multiples of 4, e.g. 32 64")
@@ -344,6 +345,7 @@ def _run(args) -> dict:
         "decodability": decodability,
         "best_layer": {"layer": best, **decodability[best]},
         "success": {"train": a.success("train"), "test": a.success("test")},
+        "samples": analyse.samples(a, "test", SAMPLES),
         "seconds": seconds, "threads": threads,
         "provenance": {k: record[k] for k in ("code_version", "git_commit", "timestamp")},
         "results_file": str(out / "results.json"),
