@@ -19,6 +19,9 @@ fig10_preference            the preference grid's sweeps from its study stores: 
                             transformer; convergence; held-out per-step acc against acc_all
 fig11_width_vs_M            the width SGD needs, w*(M), against the construction's units and the
                             memoriser's (the width-vs-M study: this project's, issue 22)
+fig12_images                held-out success of a small text-to-image denoiser against its held-out
+                            decodability, one point per run, with coverage and model-size ladders and
+                            held-out samples (the image-composition study: issue 25)
 
 This package imports nothing heavy: `python -m paper_figures --help` answers before torch
 or matplotlib is loaded.

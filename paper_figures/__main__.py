@@ -50,6 +50,8 @@ FIGURES: tuple[Entry, ...] = (
     Entry("fig10_preference", "paper_figures.fig10_preference", slow=False),
     # The width-vs-M study (this project's, issue 22): its cpu store, else the smoke study.
     Entry("fig11_width_vs_M", "paper_figures.fig11_width_vs_M", slow=False),
+    # The controlled image experiment (issue 25): its cpu store, else the smoke study.
+    Entry("fig12_images", "paper_figures.fig12_images", slow=False),
 )
 
 

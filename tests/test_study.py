@@ -338,7 +338,7 @@ def test_a_run_records_its_code_and_one_made_by_other_code_is_marked_and_rerun(t
     assert "code" not in table["columns"] and not any("--rerun-stale" in n for n in table["notes"])
 
     # The code changes (training, scoring): the stored runs were made by other code.
-    monkeypatch.setattr(study, "code_fingerprint", lambda: "f" * 64)
+    monkeypatch.setattr(study, "code_fingerprint", lambda *program: "f" * 64)
     kept = study.run_study(path, "paper", out, engine="serial", progress=False)
     assert (kept["done"], kept["already_done"], kept["stale"], kept["stale_unknown"]) == (0, 2, 2, 0)
     assert kept["stale_fingerprints"] == [made_by] and kept["code_fingerprint"] == "f" * 64
@@ -368,7 +368,7 @@ def test_rerun_stale_reruns_failed_runs_made_by_other_code_and_leaves_current_on
     study.run_study(path, "paper", out, engine="serial", progress=False)  # one done, one failed
     same = study.run_study(path, "paper", out, engine="serial", progress=False, rerun_stale=True)
     assert (same["done"], same["failed"], same["skipped_failed"], same["stale"]) == (0, 0, 1, 0)
-    monkeypatch.setattr(study, "code_fingerprint", lambda: "e" * 64)
+    monkeypatch.setattr(study, "code_fingerprint", lambda *program: "e" * 64)
     again = study.run_study(path, "paper", out, engine="serial", progress=False, rerun_stale=True)
     assert (again["done"], again["failed"], again["skipped_failed"]) == (1, 1, 0)
 
@@ -532,3 +532,18 @@ def test_pack_refuses_a_grid_whose_runs_train_several_students(tmp_path, capsys)
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "a pack takes runs of one student each" in err, err
     assert not (tmp_path / "out" / "study.sqlite").exists()
+
+
+def test_the_folders_a_run_makes_in_a_working_folder_do_not_hide_the_installed_packages(tmp_path):
+    """Outside the checkout, `run` makes verify/studies/results/… and the figures make
+    paper_figures/…: with python -m, the working folder comes first on sys.path, and an
+    editable install whose packages are found after the path search (setuptools' finder)
+    would import those empty folders as the packages. pyproject's package-dir makes it a path."""
+    for folder in ("verify/studies/results/task-support/smoke", "paper_figures/output", "theory"):
+        (tmp_path / folder).mkdir(parents=True)
+    proc = subprocess.run([sys.executable, "-m", "verify.study", "list"], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0 and "task-support" in proc.stdout, proc.stderr
+    proc = subprocess.run([sys.executable, "-m", "paper_figures", "--help"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and proc.stdout.startswith("usage: python -m paper_figures"), proc.stderr

@@ -87,10 +87,13 @@ def build_parser() -> cli.Parser:
     p.add_argument("--layers-per-block", type=positive_int, help="UNet resnets per block")
     p.add_argument("--text-hidden", type=positive_int, help="text encoder width (even)")
     p.add_argument("--text-layers", type=positive_int, help="text encoder layers")
-    p.add_argument("--prediction", choices=PREDICTIONS, default="epsilon",
+    p.add_argument("--prediction", choices=PREDICTIONS, default="sample",
                    help="what the UNet is trained to output: the noise (epsilon), the velocity "
-                        "(v_prediction) or the clean image (sample) (default epsilon)")
-    p.add_argument("--steps", type=positive_int, default=2000, help="training steps (default 2000)")
+                        "(v_prediction) or the clean image (sample). Each prompt of this family has "
+                        "one image, and predicting it directly learns it fastest: measured, tiny at "
+                        "3000 steps: sample 1.00 of training images right, epsilon at 2000 steps "
+                        "0.01 (default sample)")
+    p.add_argument("--steps", type=positive_int, default=3000, help="training steps (default 3000)")
     p.add_argument("--batch", type=positive_int, default=64, help="images per training step (default 64)")
     p.add_argument("--lr", type=positive_float, default=1e-3, help="AdamW learning rate (default 1e-3)")
     p.add_argument("--weight-decay", type=non_negative_float, default=0.01,
@@ -101,8 +104,11 @@ def build_parser() -> cli.Parser:
     p.add_argument("--seed", type=cli.seed, default=0,
                    help="seed of the initialisation and of every training draw (default 0)")
     p.add_argument("--sample-steps", type=positive_int, default=20, help="DDIM steps per image (default 20)")
-    p.add_argument("--guidance", type=non_negative_float, default=3.0,
-                   help="classifier-free guidance scale; ≤ 1 runs no unconditional rows (default 3)")
+    p.add_argument("--guidance", type=non_negative_float, default=1.0,
+                   help="classifier-free guidance scale; ≤ 1 runs no unconditional rows. Guidance "
+                        "overshoots a model that predicts the one image of a prompt: measured, tiny at "
+                        "3000 steps, training images right at guidance 1, 2, 3: 1.00, 0.65, 0.28 "
+                        "(default 1)")
     p.add_argument("--n-seeds", type=positive_int, default=4,
                    help="images per analysed prompt, seeds by the anchor's rule (default 4)")
     p.add_argument("--eval-prompts", type=non_negative_int, default=32,

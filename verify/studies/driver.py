@@ -1,17 +1,20 @@
 """python -m verify.study: the paper's sweeps as studies, run on Ray or serially, stored in SQLite.
 
 A study is a grid file in the official sweeps' YAML format (`method: grid`, `parameters:
-name: {values: [...]}` or `{value: x}`) whose names are verify.sgd's flags (`held_out` for
---held-out; `width` and `depth` make an MLP of `depth` equal layers). Its `parameters`
+name: {values: [...]}` or `{value: x}`) whose names are its program's flags (`held_out` for
+--held-out). The program is verify.sgd unless the file names another (`program:`; PROGRAMS
+lists them: verify.images.train runs the controlled image experiment); for verify.sgd, `width`
+and `depth` make an MLP of `depth` equal layers. Its `parameters`
 are the paper's grid and length; `scales: cpu:` and `scales: smoke:` override some of them.
 An optional `also:` (top level for the paper scale, under a scale for that scale) adds
 grids beside the main one; the runs are the union (load_study).
-Each grid point is one verify.sgd run, keyed by a hash of its resolved configuration; its
+Each grid point is one run of the program, keyed by a hash of its resolved configuration; its
 stored result also records the code that made it (the project's version and a fingerprint
 of the modules that train and score a run), so results made by other code are marked.
 
   run STUDY --scale cpu    run every grid point not yet done (one Ray task per run)
-  report STUDY             the paper's effects table from the store, without training
+  report STUDY             the paper's effects table from the store, without training (the
+                           program's own report: verify.images.train's gives the correlation)
   export STUDY             every run as CSV
   list                     the studies and what their stores hold
 
@@ -62,11 +65,47 @@ STUDENT_ONLY = {**dict.fromkeys(("width", "depth", "shapes", "widths", "init"), 
 
 
 @dataclass(frozen=True)
+class Program:
+    """A program a study runs once per grid point. Its module has build_parser, parse_args,
+    run_config (the resolved configuration a run's key hashes), run (the report) and RUNTIME
+    (the flags that do not change a result); `report` names the module that reads a study of
+    it back (effects_table, write_table, format_markdown, export_csv). Both are imported by
+    name, when a study of that program is run or read: the driver sits below the programs
+    it runs (verify.images imports verify.studies, never the reverse)."""
+
+    name: str  # as a user runs it, and as a study file names it
+    module: str
+    report: str
+    run_dir_flag: str  # the flag that gives a run its folder (checkpoints, saved models)
+    # verify.sgd's grid conventions: `width`/`depth` as an MLP's shape, parameters that only
+    # some students or families take, packs of runs and a checkpoint interval.
+    sgd_grid: bool = False
+
+    def load(self):
+        import importlib
+
+        return importlib.import_module(self.module)
+
+    def report_module(self):
+        import importlib
+
+        return importlib.import_module(self.report)
+
+
+DEFAULT_PROGRAM = "verify.sgd"
+PROGRAMS = {p.name: p for p in (
+    Program("verify.sgd", "verify.learning.sgd", "verify.studies.effects", "--checkpoint", sgd_grid=True),
+    Program("verify.images.train", "verify.images.train", "verify.images.study", "--out"),
+)}
+
+
+@dataclass(frozen=True)
 class Run:
     key: str
     params: dict  # the grid point, as the study names it
-    config: dict  # the resolved verify.sgd configuration (what the key hashes)
-    argv: tuple[str, ...]  # the verify.sgd arguments
+    config: dict  # the resolved configuration (what the key hashes)
+    argv: tuple[str, ...]  # the program's arguments
+    program: str = DEFAULT_PROGRAM
 
 
 # ----------------------------------------------------------------------------- study files
@@ -89,11 +128,12 @@ def study_file(name: str) -> Path:
     return path
 
 
-def sgd_parameters() -> set[str]:
-    """Every parameter a study may set: verify.sgd's destinations, and width/depth."""
-    from verify.learning.sgd import RUNTIME
-
-    return (set(_flags()) - set(RUNTIME) - {"help"}) | set(SHAPE_PARAMETERS)
+def program_parameters(program: str = DEFAULT_PROGRAM) -> set[str]:
+    """Every parameter a study of `program` may set: its flags' destinations but the runtime
+    ones (and, for verify.sgd, width/depth)."""
+    p = PROGRAMS[program]
+    shape = set(SHAPE_PARAMETERS) if p.sgd_grid else set()
+    return (set(_flags(program)) - set(p.load().RUNTIME) - {"help"}) | shape
 
 
 def _grid_entries(where: str, parameters, known) -> dict[str, list]:
@@ -102,7 +142,7 @@ def _grid_entries(where: str, parameters, known) -> dict[str, list]:
     out = {}
     for name, entry in parameters.items():
         if name not in known:
-            raise UsageError(f"{where}: unknown parameter {name!r}; a study sets verify.sgd's flags "
+            raise UsageError(f"{where}: unknown parameter {name!r}; a study sets its program's flags "
                              f"({', '.join(sorted(known))})")
         if not isinstance(entry, dict) or len(set(entry) & {"value", "values"}) != 1 or len(entry) != 1:
             raise UsageError(f"{where}: parameter {name!r} needs exactly one of `value: x` or "
@@ -115,8 +155,14 @@ def _grid_entries(where: str, parameters, known) -> dict[str, list]:
     return out
 
 
-def load_study(name: str, scale: str) -> tuple[str, list[dict[str, list]]]:
-    """(the study's name, its grids at `scale`: each a mapping parameter → values), checked.
+def study_program(name: str) -> str:
+    """The program a study runs (its file's `program:`, verify.sgd when it names none)."""
+    return load_study(name, "paper")[2]
+
+
+def load_study(name: str, scale: str) -> tuple[str, list[dict[str, list]], str]:
+    """(the study's name, its grids at `scale`: each a mapping parameter → values, the program
+    it runs), checked.
 
     A scale's `also:` (a list of `parameters:` blocks) adds grids beside the scale's own: each
     is the scale's grid with that block's parameters replacing or adding to it. The runs are
@@ -134,7 +180,10 @@ def load_study(name: str, scale: str) -> tuple[str, list[dict[str, list]]]:
         raise UsageError(f"{path}: a study is a grid file (`method: grid`, `parameters: ...`)")
     if scale not in SCALES:
         raise UsageError(f"unknown scale {scale!r}; use one of {', '.join(SCALES)}")
-    known = sgd_parameters()
+    program = study.get("program", DEFAULT_PROGRAM)
+    if program not in PROGRAMS:
+        raise UsageError(f"{path}: unknown program {program!r}; a study runs one of {', '.join(PROGRAMS)}")
+    known = program_parameters(program)
     grid = _grid_entries(str(path), study.get("parameters"), known)
     scales = study.get("scales") or {}
     unknown = set(scales) - set(SCALES[1:])
@@ -153,22 +202,23 @@ def load_study(name: str, scale: str) -> tuple[str, list[dict[str, list]]]:
     if not isinstance(also, list) or not all(isinstance(a, dict) and set(a) == {"parameters"} for a in also):
         raise UsageError(f"{where}: `also` must be a list of `parameters:` blocks")
     extra = [grid | _grid_entries(f"{where}, also[{i}]", a["parameters"], known) for i, a in enumerate(also)]
-    return str(study.get("name") or path.stem), [grid, *extra]
+    return str(study.get("name") or path.stem), [grid, *extra], program
 
 
 @functools.cache
-def _flags() -> dict[str, str]:
-    """verify.sgd's flag for each destination (--held-out for held_out)."""
-    from verify.learning.sgd import build_parser
+def _flags(program: str = DEFAULT_PROGRAM) -> dict[str, str]:
+    """The program's flag for each destination (--held-out for held_out)."""
+    parser = PROGRAMS[program].load().build_parser()
+    return {a.dest: a.option_strings[-1] for a in parser._actions if a.option_strings}
 
-    return {a.dest: a.option_strings[-1] for a in build_parser()._actions if a.option_strings}
 
-
-def own_parameters(params: dict) -> dict:
-    """The grid point's parameters that apply to its run. A grid that crosses students (the
-    scaling-law sweep: mlp and transformer) sets both students' sizes; each run takes its
-    own student's. Likewise a grid that crosses task families sets each family's own
-    settings; each run takes its own family's."""
+def own_parameters(params: dict, program: str = DEFAULT_PROGRAM) -> dict:
+    """The grid point's parameters that apply to its run. A verify.sgd grid that crosses
+    students (the scaling-law sweep: mlp and transformer) sets both students' sizes; each run
+    takes its own student's. Likewise a grid that crosses task families sets each family's own
+    settings; each run takes its own family's. Another program's runs take every parameter."""
+    if not PROGRAMS[program].sgd_grid:
+        return dict(params)
     from verify.learning.sgd import DEFAULT_FAMILY, FAMILY_FLAGS
 
     student = params.get("student", "mlp")
@@ -178,44 +228,49 @@ def own_parameters(params: dict) -> dict:
             if not any(k in own for f, own in FAMILY_FLAGS.items() if f != family)}
 
 
-def sgd_argv(params: dict) -> list[str]:
-    """verify.sgd's arguments for one grid point."""
-    flags = _flags()
-    params = own_parameters(params)
+def program_argv(params: dict, program: str = DEFAULT_PROGRAM) -> list[str]:
+    """The program's arguments for one grid point (a list value: a flag of several values;
+    true: a switch given, false: left out)."""
+    flags = _flags(program)
+    params = own_parameters(params, program)
+    sgd_grid = PROGRAMS[program].sgd_grid
     argv: list[str] = []
     for name, value in params.items():
-        if name in SHAPE_PARAMETERS:
+        if sgd_grid and name in SHAPE_PARAMETERS:
+            continue
+        if isinstance(value, bool):
+            argv += [flags[name]] if value else []
             continue
         argv.append(flags[name])
         argv += [str(v) for v in value] if isinstance(value, list) else [str(value)]
-    if "width" in params or "depth" in params:
+    if sgd_grid and ("width" in params or "depth" in params):
         width, depth = params.get("width", 1024), params.get("depth", 4)
         argv += ["--shapes", "custom", "--widths", *[str(width)] * int(depth)]
     return argv
 
 
 def expand(name: str, scale: str) -> tuple[str, list[Run]]:
-    """Every run of the study at `scale`, resolved by verify.sgd's own parser (so a grid
+    """Every run of the study at `scale`, resolved by its program's own parser (so a grid
     point it would refuse is refused here, before any work)."""
-    from verify.learning import sgd
     from verify.studies.store import config_key
 
-    study, grids = load_study(name, scale)
+    study, grids, program = load_study(name, scale)
+    module = PROGRAMS[program].load()
     runs, seen, used = [], set(), set()
     points = (dict(zip(grid, values, strict=True))
               for grid in grids for values in itertools.product(*grid.values()))
     for params in points:
-        used |= set(own_parameters(params))
-        argv = sgd_argv(params)
+        used |= set(own_parameters(params, program))
+        argv = program_argv(params, program)
         try:
-            args = sgd.parse_args([*argv, "--no-progress"])
+            args = module.parse_args([*argv, "--no-progress"])
         except UsageError as e:
             raise UsageError(f"study {study}, grid point {params}: {e}") from None
-        config = sgd.run_config(args)
+        config = module.run_config(args)
         key = config_key(config)
         if key not in seen:
             seen.add(key)
-            runs.append(Run(key, params, config, tuple(argv)))
+            runs.append(Run(key, params, config, tuple(argv), program))
     # A parameter that no grid point's student or family takes would be silently ignored.
     unused = sorted(set().union(*grids) - used)
     if unused:
@@ -227,24 +282,29 @@ def expand(name: str, scale: str) -> tuple[str, list[Run]]:
 # ----------------------------------------------------------------------------- the code a run rests on
 
 PROJECT_PACKAGES = ("theory", "constructions", "verify", "paper_figures")
-RUN_MODULE = "verify.learning.sgd"  # a run is verify.sgd's run(), called by run_one below
 # The modules that determine a run's result are derived, not listed by hand: every project
-# module verify.sgd imports (at module level or inside a function), followed transitively
+# module the program's module (verify.learning.sgd for verify.sgd) imports (at module level
+# or inside a function), followed transitively
 # through the imports written in each module's source, with the packages' __init__ files
 # (code_modules() below), so a module a refactor adds or moves is covered without an edit
 # here. Today that is verify.learning (sgd, train, metrics, students, families), verify.measure
 # (the sup error) and names;
 # constructions.shallow, base, names (the construction each run is compared with) and
 # constructions.tasks.hyperteacher, encodings, splits, names (teacher, encodings, splits);
-# theory.bounds (the certificate). tests/test_study.py checks that every project module a
-# real run of each student loads is among them or below. These are left out, because they
-# do not change a stored result once its configuration (what the key hashes) is fixed:
+# theory.bounds (the certificate). For verify.images.train it is verify.images (the denoiser,
+# pipeline, recorder, probes, judge) with constructions.tasks.images and image_setups.
+# tests/test_study.py checks that every project module a real run of each student loads is
+# among them or below. These are left out, because they do not change a stored result once
+# its configuration (what the key hashes) is fixed:
 NOT_RESULT_CODE = {
     "verify.cli": "argument checks, output, atomic files, progress bars: what the parser "
                   "resolves is the configuration, and the key hashes it",
     "verify.studies.effects": "verify.sgd uses it only to average several seeds on its own command line",
     "verify.studies.driver": "the driver: what it passes a run is the configuration or a runtime setting",
     "verify.studies.store": "where results are kept, not how they are made",
+    "verify.images.results": "the analysis record's layout and provenance, not its numbers",
+    "verify.studies": "the package's __init__, a docstring (verify.images.train keys its folder with "
+                      "verify.studies.store)",
 }
 # The fingerprint hashes each module's source text, comments and docstrings included: an edit
 # to a comment marks rows as made by other code though their numbers would not change. That
@@ -290,10 +350,10 @@ def _imported_names(source: str, name: str, is_package: bool) -> set[str]:
 
 
 @functools.cache
-def code_modules() -> dict[str, Path]:
-    """The project modules a run's result depends on (see NOT_RESULT_CODE), name → source file."""
+def code_modules(program: str = DEFAULT_PROGRAM) -> dict[str, Path]:
+    """The project modules a run of `program` depends on (see NOT_RESULT_CODE), name → source file."""
     found: dict[str, Path] = {}
-    todo = [RUN_MODULE]
+    todo = [PROGRAMS[program].module]
     while todo:
         name = todo.pop()
         if name in found or name in NOT_RESULT_CODE:
@@ -309,10 +369,11 @@ def code_modules() -> dict[str, Path]:
 
 
 @functools.cache
-def code_fingerprint() -> str:
-    """SHA-256 over each result-determining module's name and the SHA-256 of its source text."""
+def code_fingerprint(program: str = DEFAULT_PROGRAM) -> str:
+    """SHA-256 over each module's name and the SHA-256 of its source text, for the modules a
+    run of `program` depends on."""
     digest = hashlib.sha256()
-    for name, path in code_modules().items():
+    for name, path in code_modules(program).items():
         digest.update(f"{name}\0{hashlib.sha256(path.read_bytes()).hexdigest()}\n".encode())
     return digest.hexdigest()
 
@@ -340,16 +401,17 @@ def short(fingerprint: str | None) -> str:
 
 # ----------------------------------------------------------------------------- one run
 
-def _sgd_argv(argv: tuple[str, ...], run_dir: str, device: str,
-              checkpoint_minutes: float | None) -> list[str]:
-    """A run's verify.sgd command line as the driver runs it: quiet, one thread, on `device`,
-    checkpointing into run_dir."""
+def _run_argv(argv: tuple[str, ...], run_dir: str, device: str, checkpoint_minutes: float | None,
+              program: str = DEFAULT_PROGRAM) -> list[str]:
+    """A run's command line as the driver runs it: quiet, one thread, on `device`, writing
+    into run_dir (verify.sgd's checkpoints, verify.images.train's saved pipeline)."""
     every = [] if checkpoint_minutes is None else ["--checkpoint-minutes", str(checkpoint_minutes)]
-    return [*argv, "--no-progress", "--threads", "1", "--device", device, "--checkpoint", run_dir, *every]
+    return [*argv, "--no-progress", "--threads", "1", "--device", device,
+            PROGRAMS[program].run_dir_flag, run_dir, *every]
 
 
 def _failure(e: BaseException, start: float, code: dict) -> dict:
-    if isinstance(e, UsageError):  # a grid point verify.sgd cannot run (a split it cannot build, say)
+    if isinstance(e, UsageError):  # a grid point the program cannot run (a split it cannot build, say)
         return dict(status="failed", error=str(e), seconds=time.perf_counter() - start, **code)
     tail = "".join(traceback.format_exception(e)[-3:]).strip()
     return dict(status="failed", error=f"{type(e).__name__}: {e}\n{tail}",
@@ -366,8 +428,8 @@ def run_pack(argvs: list[tuple[str, ...]], run_dirs: list[str], device: str = "c
 
     start = time.perf_counter()
     try:
-        args = [sgd.parse_args(_sgd_argv(a, d, device, checkpoint_minutes)) for a, d in zip(argvs, run_dirs,
-                                                                                            strict=True)]
+        args = [sgd.parse_args(_run_argv(a, d, device, checkpoint_minutes)) for a, d in zip(argvs, run_dirs,
+                                                                                           strict=True)]
         reports = sgd.run_packed(args)
     except KeyboardInterrupt:
         raise
@@ -378,19 +440,19 @@ def run_pack(argvs: list[tuple[str, ...]], run_dirs: list[str], device: str = "c
 
 
 def run_one(argv: tuple[str, ...], run_dir: str, device: str = "cpu",
-            checkpoint_minutes: float | None = None) -> dict:
-    """One verify.sgd run, in whatever process executes it (a Ray worker, or this one),
-    checkpointing into run_dir. Returns {"status": "done", "report": …} or {"status":
+            checkpoint_minutes: float | None = None, program: str = DEFAULT_PROGRAM) -> dict:
+    """One run of `program`, in whatever process executes it (a Ray worker, or this one),
+    writing into run_dir. Returns {"status": "done", "report": …} or {"status":
     "failed", "error": …}, with the version and fingerprint of the code in this process (a
     Ray worker's own: a cluster node with other code is recorded as such); only Ctrl-C
     escapes."""
-    code = dict(version=code_version(), fingerprint=code_fingerprint())
-    from verify.learning import sgd
+    code = dict(version=code_version(), fingerprint=code_fingerprint(program))
+    module = PROGRAMS[program].load()
 
     start = time.perf_counter()
     try:
-        args = sgd.parse_args(_sgd_argv(argv, run_dir, device, checkpoint_minutes))
-        return dict(status="done", report=sgd.run(args), seconds=time.perf_counter() - start, **code)
+        args = module.parse_args(_run_argv(argv, run_dir, device, checkpoint_minutes, program))
+        return dict(status="done", report=module.run(args), seconds=time.perf_counter() - start, **code)
     except KeyboardInterrupt:
         raise
     except Exception as e:  # noqa: BLE001 - any failure is stored, and the study goes on
@@ -432,7 +494,8 @@ def _run_dir(out: Path, run: Run) -> str:
 
 def _execute_unit(unit: list[Run], out: Path, how: Execution) -> list[dict]:
     if len(unit) == 1:
-        return [run_one(unit[0].argv, _run_dir(out, unit[0]), how.device, how.checkpoint_minutes)]
+        return [run_one(unit[0].argv, _run_dir(out, unit[0]), how.device, how.checkpoint_minutes,
+                        unit[0].program)]
     return run_pack([r.argv for r in unit], [_run_dir(out, r) for r in unit], how.device,
                     how.checkpoint_minutes)
 
@@ -675,7 +738,8 @@ def run_study(name: str, scale: str, out: Path, *, engine: str = "ray", address:
     from verify.studies.store import RunStore
 
     study, runs = expand(name, scale)
-    current = code_fingerprint()
+    program = study_program(name)
+    current = code_fingerprint(program)
     status: dict[str, str] = {}
     made_by: dict[str, str | None] = {}
     if (out / "study.sqlite").is_file():
@@ -696,7 +760,7 @@ def run_study(name: str, scale: str, out: Path, *, engine: str = "ray", address:
     counts = dict(runs=len(runs), already_done=n_done, skipped_failed=len(kept) - n_done,
                   done=0, failed=0, violated=0, stale=len(stale),
                   stale_unknown=stale.count(None), stale_fingerprints=sorted({f for f in stale if f}),
-                  code_version=code_version(), code_fingerprint=current)
+                  code_version=code_version(), code_fingerprint=current, program=program)
     started_ray = connect_ray(address, workers) if engine == "ray" and pending else False
     try:
         if engine == "ray" and pending and gpus_per_run > 0:
@@ -715,7 +779,8 @@ def run_study(name: str, scale: str, out: Path, *, engine: str = "ray", address:
                     store.finish(run.key, result["report"], result["seconds"], **code)
                     counts["done"] += 1
                     # None: the family has no construction to violate (the preference grid).
-                    counts["violated"] += result["report"]["construction_within_certificate"] is False
+                    # (A program with no construction reports none.)
+                    counts["violated"] += result["report"].get("construction_within_certificate") is False
                 else:
                     store.fail(run.key, result["error"], result["seconds"], **code)
                     counts["failed"] += 1
@@ -830,6 +895,10 @@ def parse_args(argv=None):
     args.out = cli.prepare_out_dir(args.out or default_out(args.study, args.scale), "--out")
     if args.command == "run":
         _, runs = expand(args.study, args.scale)  # a bad grid is refused before any work
+        program = PROGRAMS[study_program(args.study)]
+        if not program.sgd_grid and (args.pack > 1 or args.checkpoint_minutes is not None):
+            flag = "--pack" if args.pack > 1 else "--checkpoint-minutes"
+            raise UsageError(f"{flag} applies to verify.sgd's studies; {args.study} runs {program.name}")
         if args.pack > 1:
             check_packable_grid(runs)
     return args
@@ -848,17 +917,17 @@ def work(args) -> int:
                             checkpoint_minutes=args.checkpoint_minutes)
         cli.emit(cli.to_json(summary) if args.json else format_summary(summary))
         return cli.EXIT_VIOLATED if summary["violated"] else cli.EXIT_OK
-    from verify.studies import effects
-
+    program = study_program(args.study)
+    report = PROGRAMS[program].report_module()
     if args.command == "report":
         name, runs = expand(args.study, args.scale)
-        table = effects.effects_table(name, args.scale, args.store, keys={r.key for r in runs},
-                                      fingerprint=code_fingerprint())
-        effects.write_table(table, args.out)
-        cli.emit(cli.to_json(table) if args.json else effects.format_markdown(table))
+        table = report.effects_table(name, args.scale, args.store, keys={r.key for r in runs},
+                                     fingerprint=code_fingerprint(program))
+        report.write_table(table, args.out)
+        cli.emit(cli.to_json(table) if args.json else report.format_markdown(table))
         return cli.EXIT_OK
     path = Path(args.csv) if args.csv else args.out / "runs.csv"
-    n = effects.export_csv(args.store, path)
+    n = report.export_csv(args.store, path)
     cli.emit(f"{n} runs written to {path}")
     return cli.EXIT_OK
 
@@ -922,7 +991,7 @@ def format_list() -> str:
                 with RunStore(store, readonly=True) as s:
                     rows = s.rows()
                 st = [r["status"] for r in rows]
-                current = code_fingerprint()
+                current = code_fingerprint(study_program(name))
                 stale = sum(r["status"] == "done" and r["code_fingerprint"] != current for r in rows)
                 held = (f" ({st.count('done')} done, {st.count('failed')} failed"
                         + (f"; {stale} made by other or unknown code" if stale else "") + ")")

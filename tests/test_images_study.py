@@ -1,0 +1,233 @@
+"""The image experiment as a study (issue 25): the driver runs verify.images.train per grid point,
+fingerprints its own code, and reports the correlation of decodability with held-out success."""
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("diffusers")
+
+from verify.images import study as report  # noqa: E402
+from verify.studies import driver as study  # noqa: E402
+from verify.studies.store import RunStore  # noqa: E402
+
+STUDY = "image-composition"
+
+
+# --- the statistics, against what the math says --------------------------------------------------
+
+def test_correlation_points_are_scipys_and_the_bootstrap_interval_has_the_width_fisher_predicts():
+    from scipy import stats
+
+    rng = np.random.default_rng(3)
+    rho, n = 0.6, 400
+    x, e = rng.standard_normal((2, n))
+    y = rho * x + math.sqrt(1 - rho**2) * e
+    fit = report.correlation(x, y, n_boot=4000)
+    assert fit["status"] == "fitted"
+    assert fit["pearson"]["r"] == pytest.approx(stats.pearsonr(x, y)[0], abs=1e-12)
+    assert fit["spearman"]["r"] == pytest.approx(stats.spearmanr(x, y)[0], abs=1e-12)
+    # Fisher: atanh(r) has sd 1/sqrt(n − 3), so the 95% interval of r is about
+    # 2·1.96·(1 − ρ²)/sqrt(n) = 0.126 wide; the bootstrap's must be near it.
+    p = fit["pearson"]
+    assert p["lo"] < p["r"] < p["hi"]
+    assert 0.10 < p["hi"] - p["lo"] < 0.16
+    assert p["lo"] < rho < p["hi"]
+    assert p["degenerate"] == 0
+
+
+def test_correlation_of_independent_samples_has_an_interval_around_zero_and_a_monotone_one_is_one():
+    rng = np.random.default_rng(4)
+    x, y = rng.standard_normal((2, 200))
+    fit = report.correlation(x, y, n_boot=2000)
+    assert fit["pearson"]["lo"] < 0 < fit["pearson"]["hi"]
+    assert fit["spearman"]["lo"] < 0 < fit["spearman"]["hi"]
+    z = np.linspace(0, 1, 12)
+    mono = report.correlation(z, np.exp(3 * z), n_boot=2000)
+    assert mono["spearman"]["r"] == pytest.approx(1.0) and mono["spearman"]["lo"] == pytest.approx(1.0)
+    assert mono["pearson"]["r"] < 1  # not linear
+    assert mono["pearson"]["degenerate"] > 0 or mono["pearson"]["lo"] < mono["pearson"]["hi"]
+
+
+def test_correlation_refuses_a_constant_side_and_too_few_points():
+    assert report.correlation([0.1, 0.2, 0.3], [0.5, 0.5, 0.5])["pearson"] is None
+    assert report.correlation([0.1, 0.2], [0.1, 0.3])["status"].startswith("too few")
+
+
+def test_within_takes_out_each_groups_mean():
+    got = report.within([1.0, 3.0, 10.0, 14.0, 5.0], ["a", "a", "b", "b", "c"])
+    np.testing.assert_allclose(got, [-1, 1, -2, 2, 0])
+
+
+def _group(n_train, params, mean, sd=0.01, runs=2):
+    return dict(setting=dict(train_combinations=n_train, parameters=params), runs=runs,
+                test_success_mean=mean, test_success_sd=sd)
+
+
+def test_ladder_effects_compare_the_ends_of_each_ladder_at_every_other_setting():
+    groups = [_group(16, 100, 0.10), _group(32, 100, 0.30), _group(48, 100, 0.50),
+              _group(16, 900, 0.50), _group(48, 900, 0.30),
+              _group(16, 400, 0.60, sd=0.3), _group(48, 400, 0.20, sd=0.01)]
+    data = {e["at"]["parameters"]: e for e in report.ladder_effects(groups, "train_combinations")}
+    assert data[100]["effect"] == "helps" and data[100]["difference"] == pytest.approx(0.4)
+    assert data[100]["agrees"] and data[100]["ladder"] == [(16, 0.1), (32, 0.3), (48, 0.5)]
+    assert data[900]["effect"] == "hurts" and not data[900]["agrees"]
+    # −0.4, but two standard errors (2·sqrt(0.09/2 + 0.0001/2) = 0.4245) are wider: no clear effect.
+    assert data[400]["effect"] == "no clear effect"
+    assert data[400]["threshold"] == pytest.approx(2 * math.sqrt(0.09 / 2 + 0.0001 / 2))
+    size = {e["at"]["train_combinations"]: e for e in report.ladder_effects(groups, "parameters")}
+    # The ends of each ladder, whatever lies between: 100 → 900.
+    assert size[16]["effect"] == "helps" and (size[16]["low"], size[16]["high"]) == (100, 900)
+    assert size[48]["effect"] == "hurts" and size[48]["difference"] == pytest.approx(0.3 - 0.5)
+    assert 32 not in size  # one model only: no ladder
+
+
+def test_a_difference_within_the_smallest_effect_is_no_effect_however_tight_the_seeds():
+    groups = [_group(16, 100, 0.50, sd=0.0), _group(48, 100, 0.515, sd=0.0)]
+    (e,) = report.ladder_effects(groups, "train_combinations")
+    assert e["threshold"] == report.MIN_EFFECT and e["effect"] == "no clear effect"
+    (e,) = report.ladder_effects([groups[0], _group(48, 100, 0.53, sd=0.0)], "train_combinations")
+    assert e["effect"] == "helps"
+
+
+def test_the_best_layer_is_the_denoisers_never_the_text_encoders():
+    d = {"text_encoder": dict(test_f1=1.0), "down_blocks.0.resnets.0": dict(test_f1=0.4),
+         "up_blocks.0.resnets.0": dict(test_f1=0.7), "text_encoder@uncond": dict(test_f1=1.0)}
+    assert report.best_unet_layer(d) == "up_blocks.0.resnets.0"
+    assert report.best_unet_layer({"text_encoder": dict(test_f1=1.0)}) is None
+
+
+# --- the driver runs the program the study names -------------------------------------------------
+
+def test_the_study_names_its_program_and_the_driver_resolves_runs_with_that_programs_parser():
+    from verify.images import train
+
+    name, runs = study.expand(STUDY, "smoke")
+    assert name == STUDY and study.study_program(STUDY) == "verify.images.train"
+    assert {r.program for r in runs} == {"verify.images.train"} and len(runs) == 4
+    for r in runs:
+        assert r.config == train.run_config(train.parse_args([*r.argv, "--no-progress"]))
+        assert r.config["program"] == "verify.images.train" and "out" not in r.config
+    assert "--fractions" in runs[0].argv and runs[0].argv[runs[0].argv.index("--fractions") + 1:][:2] == (
+        "0.5", "1.0")
+    assert {r.config["train_combinations"] for r in runs} == {24, 48}
+    # Every verify.sgd study still runs verify.sgd.
+    assert {study.study_program(n) for n in study.study_names() if n != STUDY} == {"verify.sgd"}
+
+
+def test_the_fingerprint_of_an_image_run_covers_the_image_code_and_not_the_drivers():
+    modules = study.code_modules("verify.images.train")
+    assert {"verify.images.train", "verify.images.denoiser", "verify.images.pipeline",
+            "verify.images.activations", "verify.images.probes", "verify.images.judges",
+            "constructions.tasks.images"} <= set(modules)
+    assert not set(modules) & set(study.NOT_RESULT_CODE)
+    assert "verify.images.study" not in modules  # the report reads results, it makes none
+    assert study.code_fingerprint("verify.images.train") != study.code_fingerprint()
+    assert "verify.images.train" not in study.code_modules()
+
+
+def _yaml(tmp_path, body: str, name="s.yaml") -> str:
+    path = tmp_path / name
+    path.write_text("method: grid\n" + body)
+    return str(path)
+
+
+@pytest.mark.parametrize("body, says", [
+    ("program: verify.nothing\nparameters:\n  seed: {value: 1}\n", "unknown program 'verify.nothing'"),
+    ("program: verify.images.train\nparameters:\n  width: {value: 8}\n", "unknown parameter 'width'"),
+    ("program: verify.images.train\nparameters:\n  eps: {value: 0.1}\n", "unknown parameter 'eps'"),
+])
+def test_a_bad_image_study_is_refused_in_one_line(tmp_path, capsys, body, says):
+    code = study.main(["run", _yaml(tmp_path, body), "--scale", "paper", "--engine", "serial",
+                       "--out", str(tmp_path / "o")])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and says in err and len(err.splitlines()) == 1, err
+
+
+@pytest.mark.parametrize("flag", [["--pack", "2"], ["--checkpoint-minutes", "5"]])
+def test_sgd_only_run_flags_are_refused_for_an_image_study(tmp_path, capsys, flag):
+    code = study.main(["run", STUDY, "--scale", "smoke", "--out", str(tmp_path / "o"), *flag])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and f"{flag[0]} applies to verify.sgd's studies" in err and len(err.splitlines()) == 1
+
+
+def test_a_smoke_study_runs_end_to_end_train_analyse_report_export(tmp_path, capsys):
+    """The whole path: the driver trains each grid point's denoiser, saves and reloads it,
+    generates, probes and judges; the store keeps the reports; report and export read them back."""
+    out = tmp_path / "o"
+    assert study.main(["run", STUDY, "--scale", "smoke", "--engine", "serial", "--out", str(out), "--json",
+                       "--no-progress"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert (summary["done"], summary["failed"], summary["program"]) == (4, 0, "verify.images.train")
+    assert summary["code_fingerprint"] == study.code_fingerprint("verify.images.train")
+    with RunStore(out / "study.sqlite", readonly=True) as store:
+        rows = store.rows()
+    assert {r["status"] for r in rows} == {"done"}
+    for r in rows:  # each run saved its pipeline into its own folder, as a real model would sit
+        folder = Path(r["report"]["model"]["folder"])
+        assert folder.parent == out / "runs" / r["key"][:16] and (folder / "model_index.json").is_file()
+    # Nothing left to do: a second run trains nothing.
+    assert study.main(["run", STUDY, "--scale", "smoke", "--engine", "serial", "--out", str(out), "--json",
+                       "--no-progress"]) == 0
+    assert json.loads(capsys.readouterr().out)["already_done"] == 4
+
+    assert study.main(["report", STUDY, "--scale", "smoke", "--out", str(out), "--json"]) == 0
+    table = json.loads(capsys.readouterr().out)
+    assert table["runs_done"] == 4 and len(table["runs"]) == 4 and len(table["groups"]) == 2
+    for run, row in zip(table["runs"], sorted(rows, key=lambda r: (r["config"]["train_combinations"],
+                                                                   r["config"]["seed"])), strict=True):
+        assert run["key"] == row["key"] and run["code"] == "current"
+        assert run["test_success"] == row["report"]["success"]["test"]["rate"]
+        assert run["decodability"] == row["report"]["decodability"][run["best_layer"]]["test_f1"]
+    assert [e["factor"] for e in table["effects"]] == ["train_combinations"]
+    assert table["correlation"]["n"] == 4
+    md = (out / "effects.md").read_text()
+    assert md.startswith("# image-composition (smoke): 4 runs done, 0 failed") and "## Runs" in md
+    assert study.main(["export", STUDY, "--scale", "smoke", "--out", str(out)]) == 0
+    lines = (out / "runs.csv").read_text().splitlines()
+    layers = len(rows[0]["report"]["decodability"])
+    assert len(lines) == 1 + 4 * layers and "test_f1" in lines[0]
+
+
+def test_an_image_run_loads_only_fingerprinted_modules_or_ones_named_as_changing_no_result(tmp_path):
+    argv = ["--preset", "tiny", "--steps", "2", "--batch", "4", "--sample-steps", "2", "--n-seeds", "1",
+            "--eval-prompts", "2", "--no-progress", "--out", str(tmp_path / "r")]
+    code = ("import sys\nfrom verify.images import train\n"
+            f"train.run(train.parse_args({argv!r}))\n"
+            "print(' '.join(m for m in sys.modules if m.split('.')[0] in ('theory', 'constructions', "
+            "'verify')))\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert proc.returncode == 0, proc.stderr
+    loaded = set(proc.stdout.split())
+    assert {"verify.images.denoiser", "verify.images.probes", "constructions.tasks.images"} <= loaded
+    modules = set(study.code_modules("verify.images.train"))
+    assert loaded - modules <= set(study.NOT_RESULT_CODE), loaded - modules - set(study.NOT_RESULT_CODE)
+
+
+def test_figure_12s_line_is_least_squares_and_its_band_narrows_as_runs_grow():
+    from paper_figures.fig12_images import fit_band
+
+    rng = np.random.default_rng(5)
+    widths = []
+    for n in (12, 200):
+        x = rng.uniform(0.3, 0.9, n)
+        y = 0.8 * x - 0.1 + 0.05 * rng.standard_normal(n)
+        grid = np.linspace(0.3, 0.9, 7)
+        line, lo, hi, fit = fit_band(x, y, grid, n_boot=2000)
+        slope, intercept = np.polyfit(x, y, 1)
+        assert fit["slope"] == pytest.approx(slope) and fit["intercept"] == pytest.approx(intercept)
+        np.testing.assert_allclose(line, slope * grid + intercept)
+        assert np.all(lo <= line) and np.all(line <= hi)
+        widths.append(float(np.mean(hi - lo)))
+        if n == 200:  # the truth inside the band, and the band about 2·1.96·σ/sqrt(n)·(a leverage factor)
+            truth = 0.8 * grid - 0.1
+            assert np.all(lo < truth) and np.all(truth < hi)
+    # sd of the fitted line ∝ 1/sqrt(n): about sqrt(200 / 12) = 4 times narrower.
+    assert 2.5 < widths[0] / widths[1] < 7
