@@ -303,6 +303,8 @@ NOT_RESULT_CODE = {
     "verify.studies.driver": "the driver: what it passes a run is the configuration or a runtime setting",
     "verify.studies.store": "where results are kept, not how they are made",
     "verify.images.results": "the analysis record's layout and provenance, not its numbers",
+    "verify.images.study": "the image study's report (analyse's `report` command uses its statistics): it "
+                           "reads results, it makes none",
     "verify.studies": "the package's __init__, a docstring (verify.images.train keys its folder with "
                       "verify.studies.store)",
 }
