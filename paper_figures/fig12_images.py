@@ -102,7 +102,8 @@ def compute(quick: bool, progress: bool | None) -> tuple[list[dict], dict]:
         largest = max(r["parameters"] for r in runs)
         big = sorted((r for r in runs if r["parameters"] == largest), key=lambda r: (r["train_combinations"],
                                                                                     r["seed"]))
-        ends = [big[-1]] + [r for r in big if r["train_combinations"] == big[0]["train_combinations"]][:1]
+        most, fewest = big[-1]["train_combinations"], big[0]["train_combinations"]
+        ends = [next(r for r in big if r["train_combinations"] == n) for n in dict.fromkeys((most, fewest))]
         samples = _samples(out, [r["key"] for r in ends])
         for r in ends:
             s = samples.get(r["key"])
@@ -119,7 +120,7 @@ def compute(quick: bool, progress: bool | None) -> tuple[list[dict], dict]:
 
 def _title(text: str, meta: dict) -> str:
     smoke = meta["scale"] == "smoke"
-    mark = "\n[SMOKE DATA: 10-step runs, no result]" if smoke else f" ({meta['scale']} scale)"
+    mark = "\n[SMOKE DATA: 10-step runs, no result]" if smoke else f"\n({meta['scale']} scale)"
     stale = f"\n[{meta['stale']} runs made by other or unknown code]" if meta["stale"] else ""
     return text + mark + stale
 
@@ -153,8 +154,10 @@ def _draw_scatter(axis, rows: list[dict], meta: dict) -> None:
         axis.legend(fontsize=7, loc="upper left")
     axis.set(xlabel="held-out decodability (probe's weighted F1, best denoiser layer)",
              ylabel="held-out success (exact judge)", ylim=(-0.05, 1.05),
-             title=_title("(a) decodability against composition, one point per run\n"
-                          + _corr_text(meta["correlation"]), meta))
+             title=_title("(a) decodability against composition, one point per run", meta))
+    axis.text(0.98, 0.03, _corr_text(meta["correlation"]).replace(", Spearman", ",\nSpearman"),
+              transform=axis.transAxes, ha="right", va="bottom", fontsize=8,
+              bbox=dict(facecolor="white", edgecolor="0.7", alpha=0.9))
     axis.grid(True, alpha=0.3)
 
 

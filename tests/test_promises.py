@@ -269,6 +269,8 @@ README_SECTIONS = {  # CLI module -> the heading of its README section
     "verify.study": "## Studies: the paper's sweeps, `python -m verify.study`",
     "verify.exact_sup": "## How tight is the certificate? `--bound instance` and "
                         "`python -m verify.exact_sup`",
+    "verify.images.__main__": "## The image experiment: `python -m verify.images`",
+    "verify.images.train": "## The image experiment: `python -m verify.images`",
 }
 
 
