@@ -90,8 +90,10 @@ def compute(quick: bool, progress: bool | None) -> tuple[list[dict], dict]:
                       guide=True) for g, v, a, b in zip(grid, line, lo, hi, strict=True)]
     for g in t["groups"]:
         n = g["setting"]["train_combinations"]
-        for panel, metric, suffix in (("b", "test_success", ""), ("b", "train_success", ", training"),
-                                      ("c", "decodability", ""),
+        # One series per panel and line: each name says its panel's quantity.
+        for panel, metric, suffix in (("b", "test_success", ", held out"),
+                                      ("b", "train_success", ", training"),
+                                      ("c", "decodability", ", best UNet layer"),
                                       ("c", "text_decodability", ", text encoder")):
             if g[f"{metric}_mean"] is not None:
                 rows.append(dict(panel=panel, series=g["model"] + suffix, x=n, y=g[f"{metric}_mean"],
@@ -162,11 +164,12 @@ def _draw_scatter(axis, rows: list[dict], meta: dict) -> None:
 
 
 def _draw_ladder(axis, rows: list[dict], panel: str, ylabel: str, title: str, meta: dict) -> None:
+    solid = {"b": ", held out", "c": ", best UNet layer"}[panel]
     names = sorted({r["series"] for r in rows if r["panel"] == panel})
-    base = [n for n in names if not n.endswith((", training", ", text encoder"))]
+    base = [n.removesuffix(solid) for n in names if n.endswith(solid)]
     for i, model in enumerate(base):
         colour, marker = COLOURS[i % len(COLOURS)], MARKERS[i % len(MARKERS)]
-        for name, ls in ((model, "-"), (f"{model}, training", "--"), (f"{model}, text encoder", ":")):
+        for name, ls in ((model + solid, "-"), (f"{model}, training", "--"), (f"{model}, text encoder", ":")):
             pts = select(rows, name, panel)
             if not pts:
                 continue

@@ -88,10 +88,18 @@ def f64(values) -> torch.Tensor:
     return torch.tensor(values, dtype=torch.float64)
 
 
-def assert_same(got, want, what):
-    """Equal to the last bit (NaN nowhere)."""
+ULPS = 32  # of the values' scale, in the dtype computed
+
+
+def assert_same(got, want, what, dtype=torch.float64):
+    """Equal up to ULPS units in the last place of the largest value, in `dtype` (NaN nowhere).
+    The last bits of a matrix product depend on the CPU's BLAS kernels (their summation order):
+    pinned on an earlier machine, an AMD EPYC gives 1–8 ulps less or more. A changed draw, permutation
+    or formula moves the numbers at O(1) (test_a_wrong_permutation_fails_the_pinned_numbers)."""
     got, want = torch.as_tensor(got, dtype=torch.float64), torch.tensor(want, dtype=torch.float64)
-    assert got.shape == want.shape and torch.equal(got, want), what
+    assert got.shape == want.shape and not got.isnan().any(), what
+    tol = ULPS * torch.finfo(dtype).eps * max(1.0, float(want.abs().max()))
+    assert float((got - want).abs().max()) <= tol, what
 
 
 # ----------------------------------------------------------------------------- the same numbers
@@ -116,7 +124,7 @@ def test_the_teachers_give_the_numbers_they_gave_before(before):
             for _ in range(2):  # the second call reads the cached tensors
                 got = teacher.forward(z.to(dtype), x.to(dtype))
                 assert got.dtype == dtype
-                assert_same(got.double(), before["teachers"][f"{label}/{dtype}"], f"{label} {dtype}")
+                assert_same(got.double(), before["teachers"][f"{label}/{dtype}"], f"{label} {dtype}", dtype)
 
 
 def test_a_wrong_permutation_fails_the_pinned_numbers(before, monkeypatch):

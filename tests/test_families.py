@@ -29,7 +29,11 @@ def test_the_hyperteacher_gives_the_numbers_it_gave_before_the_interface(student
     """The same seed gives the same metrics, probes and losses as verify.sgd did before the
     families existed (pinned from commit 362e577 on this project's CPU torch). Training is in
     float32, so the tolerance allows another BLAS kernel's rounding (1e-6 relative); a change
-    in what is drawn, in which order, or in the loss moves these numbers at O(1)."""
+    in what is drawn, in which order, or in the loss moves these numbers at O(1). The probe's
+    R² is a least-squares fit on the hidden activations, whose conditioning amplifies that
+    rounding: on an AMD EPYC the transformer's second probe gave 0.99674 against the pinned
+    0.99688 (1.4e-4 relative) while every metric and loss agreed to 1e-6, so the probe's
+    numbers are held to 1e-3."""
     pinned = BEFORE[student]
     r = sgd.run(sgd.parse_args([*pinned["argv"], "--no-progress"]))
     got = {(m["network"], m["side"], m["metric"]): m["value"] for m in r["metrics"]}
@@ -43,8 +47,7 @@ def test_the_hyperteacher_gives_the_numbers_it_gave_before_the_interface(student
             assert row["final_loss"] == pytest.approx(old["final_loss"], rel=1e-6)
         if old["probe_r2"] is not None:
             assert [n for n, _ in row["probe_r2"]] == [n for n, _ in old["probe_r2"]]
-            assert [v for _, v in row["probe_r2"]] == pytest.approx([v for _, v in old["probe_r2"]], rel=1e-6,
-                                                                    abs=1e-9)
+            assert [v for _, v in row["probe_r2"]] == pytest.approx([v for _, v in old["probe_r2"]], rel=1e-3)
 
 
 def test_a_changed_draw_order_is_caught_by_the_pinned_numbers(monkeypatch):

@@ -51,9 +51,10 @@ def sd(tmp_path_factory):
 def test_analysing_the_trained_folder_reproduces_trains_own_analysis(trained):
     work = trained.parent
     # train's analysis settings: its split (seed 0, 30% held out), 2 prompts a side, 1 seed, 2
-    # steps, the pipeline's own guidance (3, train's default); the default --out under the cwd.
+    # steps, train's guidance (1, its default; the saved pipeline's own default is 3); the default
+    # --out under the cwd.
     done = _cli("analyse", trained / "pipeline", "--setup", "scene1", "--judge", "exact", "--steps", "2",
-                "--prompts", "2", "--n-seeds", "1", "--json", *FAST, cwd=work)
+                "--prompts", "2", "--n-seeds", "1", "--guidance", "1", "--json", *FAST, cwd=work)
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
     path = work / "out" / "images-analyse" / "train-pipeline-scene1" / "results.json"

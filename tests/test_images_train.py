@@ -67,7 +67,7 @@ def test_a_tiny_run_gives_a_loadable_pipeline_and_a_complete_report(tiny_run):
     a = r["analysis"]
     assert len(a["train_prompts"]) == len(a["test_prompts"]) == 3
     assert set(a["train_prompts"]) <= set(range(64)) and not set(a["train_prompts"]) & set(a["test_prompts"])
-    assert a["cfg"] and a["guidance"] == 3.0 and a["steps_kept"] == [0, 1]
+    assert not a["cfg"] and a["guidance"] == 1.0 and a["steps_kept"] == [0, 1]  # no guidance by default
     assert "text_encoder" in r["decodability"] and "mid_block.attentions.0" in r["decodability"]
     for d in r["decodability"].values():
         assert 0 <= d["test_f1"] <= 1 and 0 <= d["test_exact"] <= 1

@@ -279,11 +279,13 @@ def study_flops() -> list[dict]:
 
     from verify.learning import sgd
     from verify.learning.train import step_macs
-    from verify.studies.driver import expand, study_names
+    from verify.studies.driver import expand, study_names, study_program
 
     cache: dict = {}
     rows = []
     for name in study_names():
+        if study_program(name) != "verify.sgd":  # the image study trains no verify.sgd student
+            continue
         _, runs = expand(name, "paper")
         flops = steps = 0
         for run in runs:
