@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 from matplotlib.figure import Figure
 
-from paper_figures.common import COLOURS, MARKERS, FigureResult, finish, select
+from paper_figures.common import COLOURS, MARKERS, FigureResult, finish, plot_series, select
 from paper_figures.fig9_studies import has_results
 from verify.studies.driver import code_fingerprint, default_out, expand, run_study, stored_out
 from verify.studies.store import RunStore
@@ -78,7 +78,8 @@ def compute(quick: bool, progress: bool | None) -> tuple[list[dict], dict]:
     runs = [r for r in t["runs"] if r["decodability"] is not None and r["test_success"] is not None]
     rows: list[dict] = []
     for r in runs:
-        rows.append(dict(panel="a", series=r["model"], x=r["decodability"], y=r["test_success"],
+        rows.append(dict(panel="a", series=f"{r['model']}, {r['train_combinations']} training combinations",
+                         model=r["model"], x=r["decodability"], y=r["test_success"],
                          train_combinations=r["train_combinations"], seed=r["seed"], key=r["key"],
                          best_layer=r["best_layer"], train_success=r["train_success"], code=r["code"]))
     fit = None
@@ -136,24 +137,28 @@ def _corr_text(fit: dict) -> str:
 
 
 def _draw_scatter(axis, rows: list[dict], meta: dict) -> None:
+    from matplotlib.lines import Line2D
+
     pts = [r for r in rows if r["panel"] == "a" and not r.get("guide")]
     coverages = sorted({r["train_combinations"] for r in pts})
-    models = sorted({r["series"] for r in pts})
-    for r in pts:
-        axis.plot(r["x"], r["y"], ls="none", marker=MARKERS[models.index(r["series"]) % len(MARKERS)], ms=7,
-                  color=COLOURS[coverages.index(r["train_combinations"]) % len(COLOURS)], gid=r["series"])
+    models = sorted({r["model"] for r in pts})
+    for name in sorted({r["series"] for r in pts}):  # one marker set per (model, coverage)
+        group = select(pts, name)
+        axis.plot([r["x"] for r in group], [r["y"] for r in group], ls="none", ms=7,
+                  marker=MARKERS[models.index(group[0]["model"]) % len(MARKERS)],
+                  color=COLOURS[coverages.index(group[0]["train_combinations"]) % len(COLOURS)], gid=name)
     line = select(rows, "least squares", "a")
     if line:
         xs = [r["x"] for r in line]
         axis.plot(xs, [r["y"] for r in line], color="k", lw=1.2, gid="least squares")
         axis.fill_between(xs, [r["lo"] for r in line], [r["hi"] for r in line], color="k", alpha=0.12)
-    for i, n in enumerate(coverages):
-        axis.plot([], [], ls="none", marker="o", color=COLOURS[i % len(COLOURS)],
-                  label=f"{n} training combinations")
-    for j, m in enumerate(models):
-        axis.plot([], [], ls="none", marker=MARKERS[j % len(MARKERS)], color="0.4", label=m)
+    # The legend's keys: colour for coverage, marker for model (proxies, not drawn on the axes).
+    handles = [Line2D([], [], ls="none", marker="o", color=COLOURS[i % len(COLOURS)],
+                      label=f"{n} training combinations") for i, n in enumerate(coverages)]
+    handles += [Line2D([], [], ls="none", marker=MARKERS[j % len(MARKERS)], color="0.4", label=m)
+                for j, m in enumerate(models)]
     if pts:
-        axis.legend(fontsize=7, loc="upper left")
+        axis.legend(handles=handles, fontsize=7, loc="upper left")
     axis.set(xlabel="held-out decodability (probe's weighted F1, best denoiser layer)",
              ylabel="held-out success (exact judge)", ylim=(-0.05, 1.05),
              title=_title("(a) decodability against composition, one point per run", meta))
@@ -173,9 +178,10 @@ def _draw_ladder(axis, rows: list[dict], panel: str, ylabel: str, title: str, me
             pts = select(rows, name, panel)
             if not pts:
                 continue
-            axis.errorbar([r["x"] for r in pts], [r["y"] for r in pts], yerr=[r["sd"] or 0 for r in pts],
-                          color=colour, ls=ls, marker=marker if ls == "-" else None, ms=5, lw=1.2, capsize=2,
-                          label=name, gid=name)
+            plot_series(axis, rows, name, panel, color=colour, ls=ls, marker=marker if ls == "-" else None,
+                        ms=5, lw=1.2, label=name)
+            axis.vlines([r["x"] for r in pts], [r["y"] - (r["sd"] or 0) for r in pts],
+                        [r["y"] + (r["sd"] or 0) for r in pts], color=colour, lw=1)  # ± sd over seeds
     if names:
         axis.legend(fontsize=7, loc="lower right")
     axis.set(xlabel="training combinations", ylabel=ylabel, ylim=(-0.05, 1.05), title=_title(title, meta))
