@@ -279,12 +279,12 @@ def study_flops() -> list[dict]:
 
     from verify.learning import sgd
     from verify.learning.train import step_macs
-    from verify.studies.driver import expand, study_names, study_program
+    from verify.studies.driver import DEFAULT_PROGRAM, expand, study_names, study_program
 
     cache: dict = {}
     rows = []
     for name in study_names():
-        if study_program(name) != "verify.sgd":  # the image study trains no verify.sgd student
+        if study_program(name) != DEFAULT_PROGRAM:  # the image study trains no verify.sgd student
             continue
         _, runs = expand(name, "paper")
         flops = steps = 0

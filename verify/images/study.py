@@ -29,7 +29,7 @@ import numpy as np
 
 from verify import cli
 from verify.learning.records import mean_sd
-from verify.studies.effects import _csv_text, _hashable, _key_cell, code_of
+from verify.studies.effects import code_of, csv_text, hashable, key_cell
 from verify.studies.store import RunStore
 
 # The settings that make a model's size: runs that differ in them are compared by parameters.
@@ -129,7 +129,7 @@ def ladder_effects(groups: list[dict], factor: str) -> list[dict]:
     others = [k for k in groups[0]["setting"] if k != factor] if groups else []
     buckets: dict[tuple, list[dict]] = {}
     for g in groups:
-        buckets.setdefault(tuple(_hashable(g["setting"][k]) for k in others), []).append(g)
+        buckets.setdefault(tuple(hashable(g["setting"][k]) for k in others), []).append(g)
     out = []
     for at, members in buckets.items():
         members = sorted(members, key=lambda g: g["setting"][factor])
@@ -244,14 +244,14 @@ def format_markdown(table: dict) -> str:
     if not table["effects"]:
         lines.append("- no ladder: the grid varies neither coverage nor model size at a fixed other setting")
     for e in table["effects"]:
-        at = ", ".join(f"{k} {_key_cell(v)}" for k, v in e["at"].items())
+        at = ", ".join(f"{k} {key_cell(v)}" for k, v in e["at"].items())
         lines.append(f"- {e['factor']} {e['low']} → {e['high']} (at {at}): {e['difference']:+.3f} "
                      f"({e['effect']}; threshold {e['threshold']:.3f}); paper: {e['paper']}; agrees: "
                      f"{'yes' if e['agrees'] else 'NO'}")
     lines += ["", "## Runs", "", "| " + " | ".join(RUN_COLUMNS[1:]) + " |",
               "|" + "---|" * (len(RUN_COLUMNS) - 1)]
     for r in table["runs"]:
-        lines.append("| " + " | ".join(_key_cell(r[c]) if not isinstance(r[c], float) else f"{r[c]:.3f}"
+        lines.append("| " + " | ".join(key_cell(r[c]) if not isinstance(r[c], float) else f"{r[c]:.3f}"
                                        for c in RUN_COLUMNS[1:]) + " |")
     if table["notes"]:
         lines += [""] + [f"- {n}" for n in table["notes"]]
@@ -260,7 +260,7 @@ def format_markdown(table: dict) -> str:
 
 def write_table(table: dict, out: Path) -> None:
     cli.write_text_atomic(out / "effects.md", format_markdown(table) + "\n")
-    cli.write_text_atomic(out / "effects.csv", _csv_text(list(RUN_COLUMNS), table["runs"]))
+    cli.write_text_atomic(out / "effects.csv", csv_text(list(RUN_COLUMNS), table["runs"]))
 
 
 def export_csv(out: Path, path: Path) -> int:
@@ -273,7 +273,7 @@ def export_csv(out: Path, path: Path) -> int:
     for r in runs:
         base = dict(key=r["key"], status=r["status"], error=r["error"], seconds=r["seconds"],
                     attempts=r["attempts"],
-                    **{k: _key_cell(_hashable(r["config"].get(k))) for k in config_keys},
+                    **{k: key_cell(hashable(r["config"].get(k))) for k in config_keys},
                     code_version=r["code_version"], code_fingerprint=r["code_fingerprint"])
         if r["status"] != "done":
             lines.append(base)
@@ -285,5 +285,5 @@ def export_csv(out: Path, path: Path) -> int:
                                      test_f1=d["test_f1"], test_exact=d["test_exact"],
                                      train_f1=d["train_f1"]))
     columns = list(dict.fromkeys(c for line in lines for c in line))
-    cli.write_text_atomic(path, _csv_text(columns, lines))
+    cli.write_text_atomic(path, csv_text(columns, lines))
     return len(runs)

@@ -229,17 +229,13 @@ def own_parameters(params: dict, program: str = DEFAULT_PROGRAM) -> dict:
 
 
 def program_argv(params: dict, program: str = DEFAULT_PROGRAM) -> list[str]:
-    """The program's arguments for one grid point (a list value: a flag of several values;
-    true: a switch given, false: left out)."""
+    """The program's arguments for one grid point (a list value: a flag of several values)."""
     flags = _flags(program)
     params = own_parameters(params, program)
     sgd_grid = PROGRAMS[program].sgd_grid
     argv: list[str] = []
     for name, value in params.items():
         if sgd_grid and name in SHAPE_PARAMETERS:
-            continue
-        if isinstance(value, bool):
-            argv += [flags[name]] if value else []
             continue
         argv.append(flags[name])
         argv += [str(v) for v in value] if isinstance(value, list) else [str(value)]
@@ -740,7 +736,7 @@ def run_study(name: str, scale: str, out: Path, *, engine: str = "ray", address:
     from verify.studies.store import RunStore
 
     study, runs = expand(name, scale)
-    program = study_program(name)
+    program = runs[0].program  # a grid has at least one point
     current = code_fingerprint(program)
     status: dict[str, str] = {}
     made_by: dict[str, str | None] = {}
@@ -897,7 +893,7 @@ def parse_args(argv=None):
     args.out = cli.prepare_out_dir(args.out or default_out(args.study, args.scale), "--out")
     if args.command == "run":
         _, runs = expand(args.study, args.scale)  # a bad grid is refused before any work
-        program = PROGRAMS[study_program(args.study)]
+        program = PROGRAMS[runs[0].program]
         if not program.sgd_grid and (args.pack > 1 or args.checkpoint_minutes is not None):
             flag = "--pack" if args.pack > 1 else "--checkpoint-minutes"
             raise UsageError(f"{flag} applies to verify.sgd's studies; {args.study} runs {program.name}")
@@ -993,7 +989,7 @@ def format_list() -> str:
                 with RunStore(store, readonly=True) as s:
                     rows = s.rows()
                 st = [r["status"] for r in rows]
-                current = code_fingerprint(study_program(name))
+                current = code_fingerprint(runs[0].program)
                 stale = sum(r["status"] == "done" and r["code_fingerprint"] != current for r in rows)
                 held = (f" ({st.count('done')} done, {st.count('failed')} failed"
                         + (f"; {stale} made by other or unknown code" if stale else "") + ")")

@@ -75,7 +75,7 @@ def column_of(family, side_metric: tuple[str, str]) -> str:
     return next(column for column, *sm in family.effects_metrics if tuple(sm) == side_metric)
 
 
-def _hashable(v):
+def hashable(v):
     return tuple(v) if isinstance(v, list) else v
 
 
@@ -112,11 +112,11 @@ def effects_table(study: str, scale: str, out: Path, keys: set[str] | None = Non
     for r in done:
         by_family.setdefault(r["config"].get("family", "hyperteacher"), []).append(r)
     varying = [k for k in settings if k != "seed" and (k == "family" and len(by_family) > 1 or any(
-        len({_hashable(r["config"].get(k)) for r in runs_of}) > 1 for runs_of in by_family.values()))]
+        len({hashable(r["config"].get(k)) for r in runs_of}) > 1 for runs_of in by_family.values()))]
     groups: dict[tuple, list] = {}
     for r in done:
         for s in student_rows(r["report"]):
-            group = tuple(_hashable(r["config"].get(k)) for k in varying) + (s["network"],)
+            group = tuple(hashable(r["config"].get(k)) for k in varying) + (s["network"],)
             groups.setdefault(group, []).append(s | dict(code=code_of(r, fingerprint)))
     rows = []
     def order(group):  # numbers by value (M = 8 before 16; widths 64×64 before 256×256), else text
@@ -225,7 +225,7 @@ def _cell(v) -> str:
     return str(v)
 
 
-def _key_cell(v) -> str:
+def key_cell(v) -> str:
     """A configuration value, in full (a held-out fraction 0.999999 must not print as 1.0000)."""
     if isinstance(v, float):
         return f"{v:g}"
@@ -238,7 +238,7 @@ def format_markdown(table: dict) -> str:
     lines = [f"# {table['study']} ({table['scale']}): {table['runs_done']} runs done, "
              f"{table['runs_failed']} failed", "",
              "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-    lines += ["| " + " | ".join((_key_cell if c in keys else _cell)(r.get(c)) for c in cols) + " |"
+    lines += ["| " + " | ".join((key_cell if c in keys else _cell)(r.get(c)) for c in cols) + " |"
               for r in table["rows"]]
     if table["notes"]:
         lines += [""] + [f"- {n}" for n in table["notes"]]
@@ -247,7 +247,7 @@ def format_markdown(table: dict) -> str:
     return "\n".join(lines)
 
 
-def _csv_text(columns: list[str], rows: list[dict]) -> str:
+def csv_text(columns: list[str], rows: list[dict]) -> str:
     buf = io.StringIO()
     w = csv.DictWriter(buf, fieldnames=columns, extrasaction="ignore", lineterminator="\n")
     w.writeheader()
@@ -258,7 +258,7 @@ def _csv_text(columns: list[str], rows: list[dict]) -> str:
 
 def write_table(table: dict, out: Path) -> None:
     cli.write_text_atomic(out / "effects.md", format_markdown(table) + "\n")
-    cli.write_text_atomic(out / "effects.csv", _csv_text(table["columns"], table["rows"]))
+    cli.write_text_atomic(out / "effects.csv", csv_text(table["columns"], table["rows"]))
 
 
 def export_csv(out: Path, path: Path) -> int:
@@ -268,12 +268,12 @@ def export_csv(out: Path, path: Path) -> int:
     config_keys = sorted({k for r in runs for k in r["config"]})
     lines = []
     for r in runs:
-        config = {k: _key_cell(_hashable(r["config"].get(k))) for k in config_keys}
+        config = {k: key_cell(hashable(r["config"].get(k))) for k in config_keys}
         base = dict(key=r["key"], status=r["status"], error=r["error"], seconds=r["seconds"],
                     attempts=r["attempts"], **config, code_version=r["code_version"],
                     code_fingerprint=r["code_fingerprint"])
         for s in (student_rows(r["report"]) if r["report"] else [{}]):
             lines.append(base | s)
     columns = list(dict.fromkeys(c for line in lines for c in line))
-    cli.write_text_atomic(path, _csv_text(columns, lines))
+    cli.write_text_atomic(path, csv_text(columns, lines))
     return len(runs)
