@@ -8,9 +8,9 @@ line per (M, K);
 (b) scaling-model-preference: held-out acc_all against MLP width, one line per encoding
 (and per depth where the grid varies it);
 (c) task-support-preference: held-out acc_all per support kind; over each kind the paper
-speaks of, the effect it states (PAPER_SUPPORT_EFFECTS: its hyperteacher claims, tested
-here on this family too) and the measured difference to the random support
-(`effect_vs_random`, with the effects table's call);
+speaks of, the effect it states (the study file's `verdicts:` claims: its hyperteacher
+claims, tested here on this family too) and the measured difference to the random support
+(`effect_vs_random`, with the verdict of the effects table's test);
 (d) scaling-law-preference: held-out acc_all against the number of training tasks, MLP
 against transformer;
 (e) convergence: every row's training per-step acc against the family's threshold

@@ -115,7 +115,7 @@ def compute(quick: bool, progress: bool | None) -> tuple[list[dict], dict]:
                                   model=r["model"], seed=r["seed"], **s))
     meta = dict(checks={}, study=STUDY, scale=t["scale"],
                 runs=dict(done=t["runs_done"], failed=t["runs_failed"]),
-                correlation=t["correlation"], correlation_within_coverage=t["correlation_within_coverage"],
+                correlation=t["correlation"], partial=t["partial"],
                 effects=t["effects"], notes=t["notes"], fit=fit, code_fingerprint=t["code_fingerprint"],
                 stale=sum(r["code"] != "current" for r in t["runs"]), samples=shown)
     return rows, meta

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from paper_figures.common import COLOURS, MARKERS, FigureResult, finish, new_figure, plot_series, select
 from verify.studies.driver import code_fingerprint, default_out, expand, run_study, stored_out
-from verify.studies.effects import CONVERGED_R2, PAPER_ENCODING_R2, PAPER_SUPPORT_EFFECTS, effects_table
+from verify.studies.effects import CONVERGED_R2, PAPER_ENCODING_R2, effects_table
 from verify.studies.store import RunStore
 
 NAME = "fig9_studies"
@@ -154,11 +154,12 @@ def draw_measured(axis, rows: list[dict], panel: str, *, points: bool = False) -
 
 def label_support_kinds(axis, rows: list[dict], panel: str) -> None:
     """The task-support panel's ticks (one per support kind) and, over each kind the paper
-    makes a claim for, the paper's effect and the measured one against the random support."""
+    makes a claim for (the study file's `verdicts:`), the paper's effect and the verdict on the
+    measured one against the random support."""
     kinds = select(rows, "support kinds", panel)
     axis.set_xticks([r["x"] for r in kinds], [str(r["split"]).replace("_", "\n") for r in kinds], fontsize=7)
     for r in kinds:
-        said = PAPER_SUPPORT_EFFECTS.get(r["split"])
+        said = r["paper"]
         if said:
             axis.annotate(f"paper: {said}\nhere: {r['effect_vs_random'] or '—'}", (r["x"], r["y"]),
                           xytext=(0, 6), textcoords="offset points", ha="center", va="bottom", fontsize=6.5)

@@ -11,7 +11,7 @@ import pytest
 
 from verify.learning.families import FAMILIES
 from verify.studies import driver as study
-from verify.studies.effects import PAPER_SUPPORT_EFFECTS, effects_table
+from verify.studies.effects import effects_table
 from verify.studies.store import RunStore
 
 SMOKE = "[SMOKE DATA: 20-step runs, no result]"
@@ -64,9 +64,10 @@ def test_the_smoke_stores_are_drawn_marked_as_smoke_and_every_series_is_in_the_c
     # (e) and (f) hold every study; (c) says, per kind the paper speaks of, its claim and the measure.
     for panel in "ef":
         assert {r["study"] for r in rows if r["panel"] == panel and r["study"]} == set(fig10.STUDIES)
-    said = [r for r in result.rows if r["panel"] == "c" and r["split"] in PAPER_SUPPORT_EFFECTS]
+    claims = {c.treatment: c.paper for c in study.study_plan("task-support-preference").claims}
+    said = [r for r in result.rows if r["panel"] == "c" and r["split"] in claims]
     texts = {t.get_text() for t in result.figure.axes[2].texts}
-    assert said and all(f"paper: {PAPER_SUPPORT_EFFECTS[r['split']]}\nhere: {r['effect_vs_random']}" in texts
+    assert said and all(f"paper: {claims[r['split']]}\nhere: {r['effect_vs_random']}" in texts
                         for r in said)
 
 

@@ -14,7 +14,9 @@ import pytest
 pytest.importorskip("diffusers")
 
 from verify.images import study as report  # noqa: E402
+from verify.learning.records import mean_sd  # noqa: E402
 from verify.studies import driver as study  # noqa: E402
+from verify.studies import verdicts  # noqa: E402
 from verify.studies.store import RunStore  # noqa: E402
 
 STUDY = "image-composition"
@@ -65,35 +67,57 @@ def test_within_takes_out_each_groups_mean():
     np.testing.assert_allclose(got, [-1, 1, -2, 2, 0])
 
 
-def _group(n_train, params, mean, sd=0.01, runs=2):
-    return dict(setting=dict(train_combinations=n_train, parameters=params), runs=runs,
-                test_success_mean=mean, test_success_sd=sd)
+def _group(n_train, params, values):
+    """A setting's row as _group_rows makes it, from its seeds' held-out success."""
+    mean, sd = mean_sd(list(values))
+    return dict(setting=dict(train_combinations=n_train, parameters=params), runs=len(values),
+                test_success_mean=mean, test_success_sd=sd, test_success_values=dict(enumerate(values, 1)))
+
+
+PLAN = verdicts.Plan(test="welch", claims=(
+    verdicts.Claim("train_combinations", "helps"),
+    verdicts.Claim("parameters", "helps", floor=0.1, why="nothing composes below it")))
 
 
 def test_ladder_effects_compare_the_ends_of_each_ladder_at_every_other_setting():
-    groups = [_group(16, 100, 0.10), _group(32, 100, 0.30), _group(48, 100, 0.50),
-              _group(16, 900, 0.50), _group(48, 900, 0.30),
-              _group(16, 400, 0.60, sd=0.3), _group(48, 400, 0.20, sd=0.01)]
-    data = {e["at"]["parameters"]: e for e in report.ladder_effects(groups, "train_combinations")}
-    assert data[100]["effect"] == "helps" and data[100]["difference"] == pytest.approx(0.4)
-    assert data[100]["agrees"] and data[100]["ladder"] == [(16, 0.1), (32, 0.3), (48, 0.5)]
-    assert data[900]["effect"] == "hurts" and not data[900]["agrees"]
-    # −0.4, but two standard errors (2·sqrt(0.09/2 + 0.0001/2) = 0.4245) are wider: no clear effect.
-    assert data[400]["effect"] == "no clear effect"
-    assert data[400]["threshold"] == pytest.approx(2 * math.sqrt(0.09 / 2 + 0.0001 / 2))
-    size = {e["at"]["train_combinations"]: e for e in report.ladder_effects(groups, "parameters")}
-    # The ends of each ladder, whatever lies between: 100 → 900.
-    assert size[16]["effect"] == "helps" and (size[16]["low"], size[16]["high"]) == (100, 900)
-    assert size[48]["effect"] == "hurts" and size[48]["difference"] == pytest.approx(0.3 - 0.5)
-    assert 32 not in size  # one model only: no ladder
+    groups = [_group(16, 100, (0.10, 0.11, 0.09)), _group(32, 100, (0.30, 0.31, 0.29)),
+              _group(48, 100, (0.50, 0.51, 0.49)),
+              _group(16, 900, (0.50, 0.51, 0.49)), _group(48, 900, (0.30, 0.31, 0.29)),
+              _group(16, 400, (0.2, 0.6, 1.0)), _group(48, 400, (0.19, 0.20, 0.21)),
+              _group(8, 100, (0.01, 0.02, 0.03)), _group(8, 2500, (0.05, 0.06, 0.07))]
+    effects, notes = report.ladder_effects(groups, PLAN)
+    data = {(e["factor"], e["at"].get("parameters", e["at"].get("train_combinations"))): e for e in effects}
+    e = data["train_combinations", 100]
+    assert e["effect"] == "helps" and e["verdict"]["difference"] == pytest.approx(0.48)
+    assert (e["low"], e["high"]) == (8, 48) and e["verdict"]["agrees"] == "yes"
+    assert e["ladder"] == [(8, pytest.approx(0.02)), (16, pytest.approx(0.10)), (32, pytest.approx(0.30)),
+                           (48, pytest.approx(0.50))]
+    assert data["train_combinations", 900]["effect"] == "hurts"
+    assert data["train_combinations", 900]["verdict"]["agrees"] == "NO"
+    # −0.4, but one arm's seeds spread over 0.2–1.0: Welch t(2.0) = −1.73, no test rejects.
+    e = data["train_combinations", 400]
+    assert e["effect"] == "inconclusive" and e["verdict"]["agrees"] == "inconclusive"
+    assert e["verdict"]["df"] == pytest.approx(2.0, abs=0.01) and "MDE" in e["test"]
+    # The ends of each model-size ladder, whatever lies between: 100 → 900 (2500 only at 8).
+    size = data["parameters", 16]
+    assert size["effect"] == "helps" and (size["low"], size["high"]) == (100, 900)
+    assert data["parameters", 48]["effect"] == "hurts"
+    assert ("parameters", 32) not in data  # one model only: no ladder
+    # At 8 combinations both models are below the claim's floor: the claim is not tested there.
+    floor = data["parameters", 8]
+    assert floor["effect"] == "not testable" and floor["verdict"]["agrees"] == "not testable"
+    assert floor["verdict"]["p"] is None and "below the floor 0.1" in floor["test"]
+    assert any(n.startswith("floor 0.1 for parameters") for n in notes)
+    # Holm's family: every test that ran (the floor's comparison is none of them).
+    assert sum(e["verdict"]["p"] is not None for e in effects) == len(effects) - 1
+    assert f"Holm-corrected over the study's {len(effects) - 1} tests" in notes[0]
 
 
-def test_a_difference_within_the_smallest_effect_is_no_effect_however_tight_the_seeds():
-    groups = [_group(16, 100, 0.50, sd=0.0), _group(48, 100, 0.515, sd=0.0)]
-    (e,) = report.ladder_effects(groups, "train_combinations")
-    assert e["threshold"] == report.MIN_EFFECT and e["effect"] == "no clear effect"
-    (e,) = report.ladder_effects([groups[0], _group(48, 100, 0.53, sd=0.0)], "train_combinations")
-    assert e["effect"] == "helps"
+def test_one_seed_an_arm_is_not_testable_and_equal_seeds_make_an_exact_difference():
+    (e,), _ = report.ladder_effects([_group(16, 100, (0.5,)), _group(48, 100, (0.9,))], PLAN)
+    assert e["effect"] == "not testable" and e["verdict"]["agrees"] == "not testable"
+    (e,), _ = report.ladder_effects([_group(16, 100, (0.5, 0.5)), _group(48, 100, (0.515, 0.515))], PLAN)
+    assert e["effect"] == "helps" and e["verdict"]["p"] == 0.0
 
 
 def test_the_best_layer_is_the_denoisers_never_the_text_encoders():

@@ -232,19 +232,24 @@ def test_report_and_export_read_the_store(tmp_path, capsys):
 
 
 def test_support_effects_are_called_against_random_and_a_disagreement_is_reported():
-    def row(split, mean, sd=0.0, runs=3):
-        return dict(split=split, network="custom", held_out_r2_mean=mean, held_out_r2_sd=sd, runs=runs,
-                    family="hyperteacher", effect_metric="held_out_r2")
-
-    rows = [row("random", 0.95, 0.01), row("non_compositional", 0.80, 0.01),
-            row("popular_modules", 0.949, 0.01), row("unpopular_modules", 0.96, 0.01)]
-    _support_effects(rows, [])
+    """Three seeds a support, paired by seed (the task-support study's plan): a clear drop
+    hurts, a difference of −0.001 is within the ±0.02 margin, and rare modules that help
+    contradict the paper."""
+    values = {"random": (0.94, 0.95, 0.96), "non_compositional": (0.79, 0.80, 0.81),
+              "popular_modules": (0.939, 0.949, 0.959), "unpopular_modules": (0.95, 0.96, 0.97)}
+    rows = [dict(split=split, network="custom", held_out_r2_mean=sum(v) / 3, held_out_r2_sd=0.01, runs=3,
+                 family="hyperteacher", effect_metric="held_out_r2") for split, v in values.items()]
+    seed_values = {id(r): dict(enumerate(values[r["split"]], 1)) for r in rows}
+    notes = []
+    _support_effects(rows, notes, study.study_plan("task-support"), seed_values)
     by = {r["split"]: r for r in rows}
-    assert by["non_compositional"]["effect_vs_random"].endswith("(hurts)")
+    assert by["non_compositional"]["effect_vs_random"] == "-0.150 (hurts)"
     assert by["non_compositional"]["agrees"] == "yes"
-    assert by["popular_modules"]["agrees"] == "yes"  # −0.001: no clear effect, as the paper says
-    assert by["unpopular_modules"]["agrees"] == "NO"  # the paper says rare modules hurt; here they do not
+    assert by["popular_modules"]["effect_vs_random"] == "-0.001 (equivalent)"
+    assert by["popular_modules"]["agrees"] == "yes"
+    assert by["unpopular_modules"]["agrees"] == "NO"  # the paper says rare modules hurt; here they help
     assert "agrees" not in by["random"]
+    assert any("paired t-test" in n and "Holm-corrected over the study's 4 tests" in n for n in notes)
 
 
 def test_effects_table_puts_the_papers_encoding_numbers_beside_the_measured_ones(tmp_path):

@@ -12,7 +12,7 @@ from tests.test_study import tiny_study
 from verify.learning import sgd
 from verify.learning.records import Metric, as_dicts, lookup
 from verify.studies import driver as study
-from verify.studies.effects import PAPER_SUPPORT_EFFECTS, effects_table
+from verify.studies.effects import effects_table
 from verify.studies.store import RunStore, config_key
 
 HYPERTEACHER_DESTS = set(sgd.FAMILY_FLAGS["hyperteacher"])  # I, H, O, eps, samples_per_task, eval_samples
@@ -243,8 +243,9 @@ def stored(out: Path, runs: list[tuple[dict, dict]]) -> list[str]:
 
 
 # Held-out acc_all over three seeds by split, against random's 0.80: non_compositional hurts and
-# popular_modules has no clear effect (as the paper says), unpopular_modules helps (the paper
-# says it hurts). The per-step held-out acc points the other way, so that the table must use acc_all.
+# popular_modules is within the study file's ±0.02 margin (as the paper says: paired TOST p 0.0176,
+# 0.035 after Holm over the family's 4 tests), unpopular_modules helps (the paper says it hurts).
+# The per-step held-out acc points the other way, so that the table must use acc_all.
 ACC_ALL = {"random": (0.80, 0.81, 0.79), "non_compositional": (0.60, 0.61, 0.59),
            "popular_modules": (0.805, 0.81, 0.80), "unpopular_modules": (0.90, 0.91, 0.89)}
 ACC = {"random": 0.90, "non_compositional": 0.99, "popular_modules": 0.90, "unpopular_modules": 0.70}
@@ -266,13 +267,15 @@ def test_the_effects_table_of_preference_runs_compares_supports_by_acc_all_and_m
     assert {"train_acc_mean", "held_out_acc_mean", "held_out_acc_all_mean"} <= set(table["columns"])
     assert not any("r2" in c and c != "probe_r2_mean" for c in table["columns"]), table["columns"]
     assert by["non_compositional"]["effect_vs_random"] == "-0.200 (hurts)"
-    assert by["popular_modules"]["effect_vs_random"] == "+0.005 (no clear effect)"
+    assert by["popular_modules"]["effect_vs_random"] == "+0.005 (equivalent)"
     assert by["unpopular_modules"]["effect_vs_random"] == "+0.100 (helps)"
+    assert by["popular_modules"]["test"] == ("paired t(2) = 1.73, p_Holm = 0.23; TOST ±0.02: p_Holm = 0.035")
+    claims = {c.treatment: c.paper for c in study.study_plan("task-support-preference").claims}
     for split, row in by.items():
         if split == "random":
             assert "agrees" not in row and "effect_vs_random" not in row
         else:
-            assert row["paper_effect"] == PAPER_SUPPORT_EFFECTS[split]
+            assert row["paper_effect"] == claims[split]
             assert row["agrees"] == ("NO" if split == "unpopular_modules" else "yes")
     # One seed of popular_modules reached training acc 0.95: its row is not converged.
     assert [s for s, r in by.items() if not r["converged"]] == ["popular_modules"]
@@ -292,9 +295,11 @@ def test_a_mixed_store_compares_each_family_only_with_its_own_random_support(tmp
     by = {(r["family"], r["split"]): r for r in table["rows"]}
     assert len(by) == 4
     hyper, pref = by["hyperteacher", "non_compositional"], by["preference", "non_compositional"]
-    assert (hyper["effect_vs_random"], hyper["agrees"]) == ("-0.450 (hurts)", "yes")
-    # Against the hyperteacher's random support (R² 0.95) it would hurt; against its own, no effect.
-    assert (pref["effect_vs_random"], pref["agrees"]) == ("+0.000 (no clear effect)", "NO")
+    # One seed an arm: no test, whatever the difference.
+    assert (hyper["effect_vs_random"], hyper["agrees"]) == ("-0.450 (not testable)", "not testable")
+    assert hyper["test"] == "fewer than 2 seeds that both arms ran: no variance, no test"
+    # Against the hyperteacher's random support (R² 0.95) it would be −0.45; against its own, 0.
+    assert (pref["effect_vs_random"], pref["agrees"]) == ("+0.000 (not testable)", "not testable")
     # Each row converges by its own family's training metric (the hyperteacher's have no acc).
     assert [k for k, r in by.items() if not r["converged"]] == [("preference", "non_compositional")]
     (note,) = [n for n in table["notes"] if "did not converge" in n]
@@ -304,4 +309,4 @@ def test_a_mixed_store_compares_each_family_only_with_its_own_random_support(tmp
     pref = next(r for r in alone["rows"] if r["family"] == "preference")
     assert pref["split"] == "non_compositional" and "effect_vs_random" not in pref and "agrees" not in pref
     hyper = next(r for r in alone["rows"] if r["family"] == "hyperteacher" and r["split"] != "random")
-    assert hyper["effect_vs_random"] == "-0.450 (hurts)"
+    assert hyper["effect_vs_random"] == "-0.450 (not testable)"

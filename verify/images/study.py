@@ -29,15 +29,16 @@ import numpy as np
 
 from verify import cli
 from verify.learning.records import mean_sd
+from verify.studies import verdicts
 from verify.studies.effects import code_of, csv_text, hashable, key_cell
 from verify.studies.store import RunStore
 
 # The settings that make a model's size: runs that differ in them are compared by parameters.
 SIZE_KEYS = ("preset", "channels", "layers_per_block", "text_hidden", "text_layers")
 TEXT_LAYER_PREFIX = "text_encoder"
-MIN_EFFECT = 0.02  # the smallest difference of held-out success called an effect
-PAPER_EFFECTS = {"train_combinations": "helps", "parameters": "helps"}  # more data, a larger model
+LADDERS = ("train_combinations", "parameters")  # the factors whose ladders the report compares
 BOOTSTRAP = 10_000
+MIN_CLUSTERS = 8  # partial_fit: 6,435 distinct cluster resamples
 BOOTSTRAP_SEED = 0
 LEVEL = 0.95
 RUN_COLUMNS = ("key", "seed", "train_combinations", "model", "parameters", "train_success", "test_success",
@@ -63,7 +64,8 @@ def run_row(run: dict, fingerprint: str | None = None) -> dict:
     text = [d["test_f1"] for k, d in r["decodability"].items() if is_text_layer(k) and "@" not in k]
     model = f"{size['preset']} {'-'.join(map(str, size['channels']))}/{size['layers_per_block']}, text " \
             f"{size['text_hidden']}×{size['text_layers']}"
-    return dict(key=run["key"], seed=config["seed"], train_combinations=config["train_combinations"],
+    return dict(key=run["key"], seed=config["seed"], split_seed=config.get("split_seed", 0),
+                train_combinations=config["train_combinations"],
                 model=model, parameters=int(params["unet"] + params["text_encoder"]),
                 train_success=r["success"]["train"]["rate"], test_success=r["success"]["test"]["rate"],
                 best_layer=best, decodability=r["decodability"][best]["test_f1"] if best else None,
@@ -113,6 +115,50 @@ def correlation(x, y, *, n_boot: int = BOOTSTRAP, seed: int = BOOTSTRAP_SEED, le
     return out | dict(status="fitted")
 
 
+def partial_fit(x, y, coverage, clusters, *, n_boot: int = BOOTSTRAP, seed: int = BOOTSTRAP_SEED,
+                level: float = LEVEL) -> dict:
+    """Held-out success y regressed on coverage (as a factor) and decodability x: the partial
+    correlation of x and y given coverage and x's coefficient, both from x and y less their
+    coverage's mean (Frisch–Waugh–Lovell), with percentile intervals from a cluster bootstrap
+    (whole clusters of runs resampled with replacement: runs that share a coverage and split
+    seed share their held-out combinations, so they are not independent). Below MIN_CLUSTERS
+    clusters the interval is not given: there are too few distinct resamples (C(2k − 1, k): 10
+    for k = 3) for a 95% interval's tails. The verdict (verdicts.interval_side): whether r lies
+    above 0 at `level`."""
+    x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
+    labels = sorted(set(clusters), key=str)
+    out = dict(n=len(x), clusters=len(labels), level=level, bootstrap=n_boot, seed=seed)
+
+    def fit(idx):
+        cov = [coverage[i] for i in idx]
+        xr, yr = within(x[idx], cov), within(y[idx], cov)
+        sxx, syy = float(xr @ xr), float(yr @ yr)
+        if sxx == 0 or syy == 0:
+            return math.nan, math.nan
+        return float(xr @ yr) / math.sqrt(sxx * syy), float(xr @ yr) / sxx
+
+    if len(x) < 3:
+        return out | dict(status="too few runs", r=None, slope=None, verdict=verdicts.INCONCLUSIVE)
+    r, slope = fit(np.arange(len(x)))
+    if not math.isfinite(r):
+        return out | dict(status="a side is constant within every coverage", r=None, slope=None,
+                          verdict=verdicts.INCONCLUSIVE)
+    out |= dict(r=r, slope=slope)
+    if len(labels) < MIN_CLUSTERS:
+        status = f"{len(labels)} clusters (coverage × split seed), fewer than {MIN_CLUSTERS}: no interval"
+        return out | dict(status=status, lo=None, hi=None, verdict=verdicts.INCONCLUSIVE)
+    members = [np.array([i for i, c in enumerate(clusters) if c == label]) for label in labels]
+    rng = np.random.default_rng(seed)
+    boot = np.array([fit(np.concatenate([members[k] for k in rng.integers(0, len(labels), len(labels))]))
+                     for _ in range(n_boot)])
+    kept = boot[np.isfinite(boot[:, 0])]
+    tail = (1 - level) / 2
+    (lo, slope_lo), (hi, slope_hi) = np.quantile(kept, [tail, 1 - tail], axis=0)
+    return out | dict(status="fitted", lo=float(lo), hi=float(hi), slope_lo=float(slope_lo),
+                      slope_hi=float(slope_hi), degenerate=int(n_boot - len(kept)),
+                      verdict=verdicts.interval_side(float(lo), float(hi), 0.0))
+
+
 def within(values, groups) -> np.ndarray:
     """Each value less the mean of its group's values."""
     values = np.asarray(values, dtype=np.float64)
@@ -123,9 +169,11 @@ def within(values, groups) -> np.ndarray:
     return out
 
 
-def ladder_effects(groups: list[dict], factor: str) -> list[dict]:
-    """Along `factor`, at each setting of the other keys where it takes ≥ 2 values: the held-out
-    success of its largest value less that of its smallest, with its verdict."""
+def ladder_comparisons(groups: list[dict], factor: str, plan: verdicts.Plan) -> list[tuple[dict, object]]:
+    """Along `factor`, at each setting of the other keys where it takes ≥ 2 values: its largest
+    value's held-out success (per seed) against its smallest's, as a verdicts.Comparison, beside
+    what the table prints of it. A claim with a floor is not tested where both ends are below
+    it (nothing composes there: the claim's condition does not hold)."""
     others = [k for k in groups[0]["setting"] if k != factor] if groups else []
     buckets: dict[tuple, list[dict]] = {}
     for g in groups:
@@ -136,15 +184,32 @@ def ladder_effects(groups: list[dict], factor: str) -> list[dict]:
         lo, hi = members[0], members[-1]
         if lo is hi or lo["test_success_mean"] is None or hi["test_success_mean"] is None:
             continue
-        diff = hi["test_success_mean"] - lo["test_success_mean"]
-        se = math.sqrt(hi["test_success_sd"] ** 2 / hi["runs"] + lo["test_success_sd"] ** 2 / lo["runs"])
-        threshold = max(MIN_EFFECT, 2 * se)
-        seen = "helps" if diff > threshold else "hurts" if diff < -threshold else "no clear effect"
-        out.append(dict(factor=factor, at=dict(zip(others, at, strict=True)), low=lo["setting"][factor],
-                        high=hi["setting"][factor], difference=diff, threshold=threshold, effect=seen,
-                        paper=PAPER_EFFECTS[factor], agrees=seen == PAPER_EFFECTS[factor],
-                        ladder=[(g["setting"][factor], g["test_success_mean"]) for g in members]))
+        where = dict(zip(others, at, strict=True))
+        claim = plan.claim_for(factor)
+        fails = None
+        if claim is not None and claim.floor is not None and \
+                max(lo["test_success_mean"], hi["test_success_mean"]) < claim.floor:
+            fails = (f"held-out success {lo['test_success_mean']:.3f} and {hi['test_success_mean']:.3f}, "
+                     f"both below the floor {claim.floor:g}")
+        name = f"{factor} {lo['setting'][factor]} → {hi['setting'][factor]} (at " + \
+            ", ".join(f"{k} {key_cell(v)}" for k, v in where.items()) + ")"
+        info = dict(factor=factor, at=where, low=lo["setting"][factor], high=hi["setting"][factor],
+                    ladder=[(g["setting"][factor], g["test_success_mean"]) for g in members])
+        out.append((info, verdicts.Comparison(name, dict(hi["test_success_values"]),
+                                              dict(lo["test_success_values"]), claim, fails)))
     return out
+
+
+def ladder_effects(groups: list[dict], plan: verdicts.Plan) -> tuple[list[dict], list[str]]:
+    """Every ladder's verdict (one family, Holm-corrected; verify.studies.verdicts), and the
+    notes that say how they were decided."""
+    compared = [pair for factor in LADDERS for pair in ladder_comparisons(groups, factor, plan)]
+    if not compared:
+        return [], []
+    judged = verdicts.judge([c for _, c in compared], plan)
+    effects = [info | dict(effect=v.outcome, test=verdicts.test_text(v), verdict=v.as_dict())
+               for (info, _), v in zip(compared, judged, strict=True)]
+    return effects, verdicts.notes(plan, [c for _, c in compared], judged)
 
 
 # --- the table -----------------------------------------------------------------------------------
@@ -160,15 +225,20 @@ def _group_rows(runs: list[dict]) -> list[dict]:
                    runs=len(members), seeds=sorted(m["seed"] for m in members))
         for metric in ("train_success", "test_success", "decodability", "text_decodability"):
             row[f"{metric}_mean"], row[f"{metric}_sd"] = mean_sd([m[metric] for m in members])
+        row["test_success_values"] = {m["seed"]: m["test_success"] for m in members}
         rows.append(row)
     return rows
 
 
 def effects_table(study: str, scale: str, out: Path, keys: set[str] | None = None,
-                  fingerprint: str | None = None) -> dict:
+                  fingerprint: str | None = None, plan: verdicts.Plan | None = None) -> dict:
     """The report of the runs in `keys` (the study's grid as it is now), or of every stored run;
     with `fingerprint` (the program's code fingerprint), runs made by other or unknown code are
-    marked."""
+    marked. The verdicts follow `plan`, by default the study file's."""
+    if plan is None:
+        from verify.studies.driver import study_plan
+
+        plan = study_plan(study, missing_ok=True)
     with RunStore(out / "study.sqlite", readonly=True) as store:
         stored = store.rows()
     runs = [r for r in stored if keys is None or r["key"] in keys]
@@ -176,14 +246,13 @@ def effects_table(study: str, scale: str, out: Path, keys: set[str] | None = Non
     failed = [r for r in runs if r["status"] == "failed"]
     done.sort(key=lambda r: (r["train_combinations"], r["parameters"], r["seed"]))
     groups = _group_rows(done)
-    effects = [e for f in PAPER_EFFECTS for e in ladder_effects(groups, f)]
+    effects, verdict_notes = ladder_effects(groups, plan)
     x = [r["decodability"] for r in done]
     y = [r["test_success"] for r in done]
     coverage = [r["train_combinations"] for r in done]
     fit = correlation(x, y) if done else dict(n=0, status="no runs", pearson=None, spearman=None)
-    fit_within = (correlation(within(x, coverage), within(y, coverage)) if len(set(coverage)) < len(done)
-                  else dict(n=len(done), status="no two runs share a coverage", pearson=None, spearman=None))
-    notes = []
+    partial = partial_fit(x, y, coverage, [(r["train_combinations"], r["split_seed"]) for r in done])
+    notes = verdict_notes
     if y:
         notes.append(f"held-out success spans {min(y):.3f}–{max(y):.3f} across the {len(y)} runs")
     stale = [r for r in done if r["code"] != "current"] if fingerprint else []
@@ -201,8 +270,7 @@ def effects_table(study: str, scale: str, out: Path, keys: set[str] | None = Non
     return cli.plain(dict(study=study, scale=scale, program="verify.images.train", runs_done=len(done),
                           runs_failed=len(failed), runs=[{k: r[k] for k in RUN_COLUMNS} for r in done],
                           layers={r["key"]: {k: v["test_f1"] for k, v in r["layers"].items()} for r in done},
-                          groups=groups, effects=effects, correlation=fit,
-                          correlation_within_coverage=fit_within, notes=notes,
+                          groups=groups, effects=effects, correlation=fit, partial=partial, notes=notes,
                           code_fingerprint=fingerprint, columns=list(RUN_COLUMNS)))
 
 
@@ -221,15 +289,29 @@ def _fit_line(name: str, fit: dict) -> str:
             f"{pct}% percentile bootstrap intervals, {fit['bootstrap']:,} resamples of runs")
 
 
+def _partial_line(fit: dict) -> str:
+    head = (f"- given coverage (success regressed on coverage, as a factor, and decodability; n = {fit['n']} "
+            f"runs in {fit['clusters']} clusters of coverage × split seed)")
+    if fit.get("r") is None:
+        return f"{head}: {fit['status']}; verdict: {fit['verdict']}"
+    pct = round(100 * fit["level"])
+    text = f"{head}: partial r = {fit['r']:.3f}, decodability's coefficient {fit['slope']:.3f}"
+    if fit["status"] != "fitted":
+        return f"{text}; {fit['status']}; verdict: {fit['verdict']}"
+    return (f"{text}; {pct}% cluster-bootstrap intervals [{fit['lo']:.3f}, {fit['hi']:.3f}] and "
+            f"[{fit['slope_lo']:.3f}, {fit['slope_hi']:.3f}] ({fit['bootstrap']:,} resamples of clusters); "
+            f"verdict: partial r {fit['verdict']}")
+
+
 def format_markdown(table: dict) -> str:
     lines = [f"# {table['study']} ({table['scale']}): {table['runs_done']} runs done, "
              f"{table['runs_failed']} failed", "",
              "Decodability: the probe's held-out weighted F1 at the denoiser's best layer; success: held-out "
              "prompts' images the exact judge finds fully right.", "",
              "## Decodability against held-out success", "",
-             _fit_line("across runs", table["correlation"]),
-             _fit_line("within equal coverage (each less its coverage's mean)",
-                       table["correlation_within_coverage"]), "",
+             _fit_line("across runs (coverage moves both: this is not evidence beyond coverage)",
+                       table["correlation"]),
+             _partial_line(table["partial"]), "",
              "## Per setting (mean ± sd over seeds)", "",
              "| training combinations | model | parameters | runs | training success | held-out success "
              "| decodability | text encoder F1 |", "|---|---|---|---|---|---|---|---|"]
@@ -244,10 +326,10 @@ def format_markdown(table: dict) -> str:
     if not table["effects"]:
         lines.append("- no ladder: the grid varies neither coverage nor model size at a fixed other setting")
     for e in table["effects"]:
-        at = ", ".join(f"{k} {key_cell(v)}" for k, v in e["at"].items())
-        lines.append(f"- {e['factor']} {e['low']} → {e['high']} (at {at}): {e['difference']:+.3f} "
-                     f"({e['effect']}; threshold {e['threshold']:.3f}); paper: {e['paper']}; agrees: "
-                     f"{'yes' if e['agrees'] else 'NO'}")
+        v = e["verdict"]
+        diff = "—" if v["difference"] is None else f"{v['difference']:+.3f}"
+        paper = f"; paper: {v['paper']}; agrees: {v['agrees']}" if v["paper"] else ""
+        lines.append(f"- {v['name']}: {diff} ({e['effect']}; {e['test']}){paper}")
     lines += ["", "## Runs", "", "| " + " | ".join(RUN_COLUMNS[1:]) + " |",
               "|" + "---|" * (len(RUN_COLUMNS) - 1)]
     for r in table["runs"]:

@@ -160,6 +160,42 @@ def study_program(name: str) -> str:
     return load_study(name, "paper")[2]
 
 
+def _study_yaml(path: Path) -> dict:
+    import yaml
+
+    try:
+        study = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as e:
+        raise UsageError(f"{path}: not valid YAML ({str(e).splitlines()[0]})") from None
+    if not isinstance(study, dict) or study.get("method") != "grid":
+        raise UsageError(f"{path}: a study is a grid file (`method: grid`, `parameters: ...`)")
+    return study
+
+
+def study_plan(name: str, *, missing_ok: bool = False):
+    """The verdicts plan a study file states (its `verdicts:` block: the test its design calls
+    for, the paper's claims and margins; verify.studies.verdicts.plan_of), checked. With
+    missing_ok, a study with no file (a store read under another name) has the default plan."""
+    try:
+        path = study_file(name)
+    except UsageError:
+        if missing_ok:
+            from verify.studies.verdicts import Plan
+
+            return Plan()
+        raise
+    return _plan_of(_study_yaml(path), path)
+
+
+def _plan_of(study: dict, path: Path):
+    from verify.studies import verdicts
+
+    try:
+        return verdicts.plan_of(study.get("verdicts"), f"{path}: verdicts")
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+
+
 def load_study(name: str, scale: str) -> tuple[str, list[dict[str, list]], str]:
     """(the study's name, its grids at `scale`: each a mapping parameter → values, the program
     it runs), checked.
@@ -169,15 +205,9 @@ def load_study(name: str, scale: str) -> tuple[str, list[dict[str, list]], str]:
     the union of the grids' products (a run in two of them is run once). This lets a study
     add a ladder along one parameter at a few points of another without multiplying every
     run (width-vs-M: a held-out-fraction ladder at the widest rung only)."""
-    import yaml
-
     path = study_file(name)
-    try:
-        study = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as e:
-        raise UsageError(f"{path}: not valid YAML ({str(e).splitlines()[0]})") from None
-    if not isinstance(study, dict) or study.get("method") != "grid":
-        raise UsageError(f"{path}: a study is a grid file (`method: grid`, `parameters: ...`)")
+    study = _study_yaml(path)
+    _plan_of(study, path)  # a bad `verdicts:` block is refused before any run
     if scale not in SCALES:
         raise UsageError(f"unknown scale {scale!r}; use one of {', '.join(SCALES)}")
     program = study.get("program", DEFAULT_PROGRAM)
@@ -890,15 +920,15 @@ def parse_args(argv=None):
     if args.command in ("report", "export") and not (args.store / "study.sqlite").is_file():
         raise UsageError(f"no results for {args.study} ({args.scale}) in {args.store}: run "
                          f"`python -m verify.study run {args.study} --scale {args.scale}` first")
-    args.out = cli.prepare_out_dir(args.out or default_out(args.study, args.scale), "--out")
-    if args.command == "run":
-        _, runs = expand(args.study, args.scale)  # a bad grid is refused before any work
+    if args.command == "run":  # a bad grid is refused before any work, and before --out is made
+        _, runs = expand(args.study, args.scale)
         program = PROGRAMS[runs[0].program]
         if not program.sgd_grid and (args.pack > 1 or args.checkpoint_minutes is not None):
             flag = "--pack" if args.pack > 1 else "--checkpoint-minutes"
             raise UsageError(f"{flag} applies to verify.sgd's studies; {args.study} runs {program.name}")
         if args.pack > 1:
             check_packable_grid(runs)
+    args.out = cli.prepare_out_dir(args.out or default_out(args.study, args.scale), "--out")
     return args
 
 

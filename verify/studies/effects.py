@@ -2,9 +2,13 @@
 
 Runs are grouped by every configuration value that varies across the study except the
 seed; each row gives, per network, the mean ± sd over seeds of the training and held-out
-R² (the paper's estimator) and the number of runs. Where the paper states a number or an
-effect for a row, the table puts it beside the measured one and says whether they agree;
-a disagreement is reported, not tuned away.
+R² (the paper's estimator) and the number of runs. Where the paper states a number for a
+row, the table puts it beside the measured one. Where the study compares supports, each is
+tested against the random support by verify.studies.verdicts under the study file's plan
+(`verdicts:`: the test its design calls for, the paper's claims and their margins): the
+outcome (helps, hurts, equivalent, inconclusive, not testable), the test it rests on, and
+whether it agrees with the paper's claim. A disagreement is reported, not tuned away; an
+untestable or inconclusive comparison is never called one.
 
 Given the fingerprint of the code now installed, the table also says which runs were made
 by other code or by unknown code (stored before runs recorded theirs): a `code` column per
@@ -16,26 +20,20 @@ from __future__ import annotations
 
 import csv
 import io
-import math
 from pathlib import Path
 
 from verify import cli
 from verify.learning.families import FAMILIES
 from verify.learning.records import mean_sd, records_of
+from verify.studies import verdicts
 from verify.studies.store import RunStore
 
 # The paper's held-out R² by encoding (hyperteacher, M = 16, K = 3, MLP).
 PAPER_ENCODING_R2 = {"identity": 1.00, "orthogonal": 1.00, "tokens": 1.00, "invertible_nn": 0.95,
                      "interval_shuffle": 0.98, "fewshot": 0.97}
-# The paper's task-support effects, against the random support.
-PAPER_SUPPORT_EFFECTS = {"non_compositional": "hurts", "unpopular_modules": "hurts",
-                         "popular_modules": "no clear effect"}
 # Per family, the paper's held-out number by encoding (none stated here for the preference grid).
 PAPER_ENCODING = {"hyperteacher": PAPER_ENCODING_R2}
 CONVERGED_R2 = FAMILIES["hyperteacher"].convergence[1]  # training R² a hyperteacher run must reach
-# The smallest difference of the headline metric (R², acc_all) called an effect, whatever the
-# seeds' spread.
-MIN_EFFECT = 0.01
 # Studies whose report adds an analysis of their own below the table: study name → the module
 # (imported only for that study) whose analyse_runs(done runs) gives it, as plain data, and whose
 # format_analysis(that) prints it. Every other study's table is unchanged.
@@ -95,10 +93,16 @@ def _code_cell(codes: list[str]) -> str:
 
 
 def effects_table(study: str, scale: str, out: Path, keys: set[str] | None = None,
-                  fingerprint: str | None = None) -> dict:
+                  fingerprint: str | None = None, plan: verdicts.Plan | None = None) -> dict:
     """The table of the runs in `keys` (the study's grid as it is now), or of every stored
     run; runs of an older grid left in the store are counted, not shown. With `fingerprint`
-    (verify.study.code_fingerprint()), runs made by other or unknown code are marked."""
+    (verify.study.code_fingerprint()), runs made by other or unknown code are marked. The
+    verdicts follow `plan`, by default the study file's (`verdicts:`; none for a study with
+    no file)."""
+    if plan is None:
+        from verify.studies.driver import study_plan
+
+        plan = study_plan(study, missing_ok=True)
     with RunStore(out / "study.sqlite", readonly=True) as store:
         runs = store.rows()
     old_grid = [r for r in runs if keys is not None and r["key"] not in keys]
@@ -117,7 +121,8 @@ def effects_table(study: str, scale: str, out: Path, keys: set[str] | None = Non
     for r in done:
         for s in student_rows(r["report"]):
             group = tuple(hashable(r["config"].get(k)) for k in varying) + (s["network"],)
-            groups.setdefault(group, []).append(s | dict(code=code_of(r, fingerprint)))
+            groups.setdefault(group, []).append(s | dict(code=code_of(r, fingerprint),
+                                                         seed=r["config"].get("seed")))
     rows = []
     def order(group):  # numbers by value (M = 8 before 16; widths 64×64 before 256×256), else text
         return tuple((0, v, "") if isinstance(v, int | float) else
@@ -125,6 +130,7 @@ def effects_table(study: str, scale: str, out: Path, keys: set[str] | None = Non
                      (2, 0, str(v)) for v in group)
 
     metric_columns: list[str] = []  # in order of first use, over the families present
+    seed_values: dict[int, dict] = {}  # id(row) → {seed: the row's effect metric in that seed's run}
     for group, members in sorted(groups.items(), key=lambda kv: order(kv[0])):
         family = FAMILIES[members[0]["family"]]
         row = dict(zip([*varying, "network"], group, strict=True), runs=len(members), family=family.name)
@@ -139,6 +145,8 @@ def effects_table(study: str, scale: str, out: Path, keys: set[str] | None = Non
         row["converged"] = all(family.converged(m[column_of(family, family.convergence_side_metric())])
                                for m in members)
         row["effect_metric"] = column_of(family, family.effect_side_metric())
+        seed_values[id(row)] = {m["seed"]: m[row["effect_metric"]] for m in members
+                                if m[row["effect_metric"]] is not None}
         if fingerprint is not None:
             row["code"] = _code_cell([m["code"] for m in members])
         rows.append(row)
@@ -159,7 +167,7 @@ def effects_table(study: str, scale: str, out: Path, keys: set[str] | None = Non
         notes.append("paper_held_out_r2: the paper's held-out R² for the encoding (hyperteacher, M = 16, "
                      "K = 3, 4×1024 MLP, 300k steps)")
     if "split" in varying:
-        _support_effects(rows, notes)
+        _support_effects(rows, notes, plan, seed_values)
     unconverged = sum(not r["converged"] for r in rows)
     if unconverged:
         rule = " or ".join(f"training {f.convergence[0]} < {f.convergence[1]}" for f in families)
@@ -173,7 +181,7 @@ def effects_table(study: str, scale: str, out: Path, keys: set[str] | None = Non
         missing = len(keys) - len(done) - len(failed)
         notes.append(f"{missing} of the grid's {len(keys)} runs have no result yet")
     columns = [*varying, "network", "runs", "n_train", *dict.fromkeys(metric_columns), "converged",
-               *[c for c in ("paper_held_out_r2", "paper_effect", "effect_vs_random", "agrees")
+               *[c for c in ("paper_held_out_r2", "paper_effect", "effect_vs_random", "test", "agrees")
                  if any(c in r for r in rows)],
                *(["code"] if other or unknown else [])]
     table = dict(study=study, scale=scale, runs_done=len(done), runs_failed=len(failed), group_by=varying,
@@ -190,27 +198,31 @@ def _analysis_module(study: str):
     return importlib.import_module(ANALYSES[study])
 
 
-def _support_effects(rows: list[dict], notes: list[str]) -> None:
+def _support_effects(rows: list[dict], notes: list[str], plan: verdicts.Plan,
+                     seed_values: dict[int, dict]) -> None:
     """Each support kind against `random` (of the same family and network): the difference of
-    the mean held-out headline metric (R², acc_all), called an effect when it is larger than
-    MIN_EFFECT and than twice its standard error."""
+    the held-out headline metric (R², acc_all), judged with the study's plan (a test per
+    support, Holm's correction over them; verify.studies.verdicts), and, where the study file
+    states the paper's claim for the support, whether the verdict agrees with it."""
     base = {(r["family"], r["network"]): r for r in rows if r.get("split") == "random"}
+    compared = []
     for r in rows:
         ref, m = base.get((r["family"], r["network"])), r["effect_metric"]
         if ref is None or r is ref or r[f"{m}_mean"] is None or ref[f"{m}_mean"] is None:
             continue
-        diff = r[f"{m}_mean"] - ref[f"{m}_mean"]
-        diff = 0.0 if abs(diff) < 5e-4 else diff  # printed to 3 decimals: no "-0.000"
-        se = math.sqrt(r[f"{m}_sd"] ** 2 / r["runs"] + ref[f"{m}_sd"] ** 2 / ref["runs"])
-        threshold = max(MIN_EFFECT, 2 * se)
-        seen = "hurts" if diff < -threshold else "helps" if diff > threshold else "no clear effect"
-        r["effect_vs_random"] = f"{diff:+.3f} ({seen})"
-        if r["split"] in PAPER_SUPPORT_EFFECTS:
-            r["paper_effect"] = PAPER_SUPPORT_EFFECTS[r["split"]]
-            r["agrees"] = "yes" if seen == r["paper_effect"] else "NO"
+        compared.append((r, verdicts.Comparison(
+            name=f"{r['family']} {r['network']}: {r['split']} vs random", treatment=seed_values[id(r)],
+            control=seed_values[id(ref)], claim=plan.claim_for("split", r["split"], "random"))))
+    if not compared:
+        return
+    judged = verdicts.judge([c for _, c in compared], plan)
+    for (r, _), v in zip(compared, judged, strict=True):
+        r["effect_vs_random"], r["test"] = verdicts.effect_text(v), verdicts.test_text(v)
+        if v.paper is not None:
+            r["paper_effect"], r["agrees"] = v.paper, v.agrees
     measured = " or ".join(f"{m}_mean" for m in dict.fromkeys(r["effect_metric"] for r in rows))
-    notes.append(f"effect_vs_random: {measured} minus the random support's; an effect when beyond "
-                 f"{MIN_EFFECT} and twice its standard error over seeds")
+    notes.append(f"effect_vs_random: {measured} minus the random support's")
+    notes += verdicts.notes(plan, [c for _, c in compared], judged)
 
 
 def _cell(v) -> str:

@@ -1,0 +1,257 @@
+"""The one verdict module (verify/studies/verdicts.py): its tests against scipy and the math,
+their size and power against simulation, Holm's correction, the outcome and agreement rules, and
+the study files' plans. The simulations' tolerances are binomial: a rate estimated from R draws
+has sd sqrt(p(1 − p)/R), and each check allows 4 of those."""
+
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from verify.studies import driver
+from verify.studies import verdicts as V
+from verify.studies.effects import effects_table
+
+HURTS = V.Claim("split", "hurts")
+SAME = V.Claim("split", "no effect", margin=0.1, why="a stated reason")
+
+
+def comparison(treatment, control, claim=None, name="c"):
+    return V.Comparison(name, dict(enumerate(treatment)), dict(enumerate(control)), claim)
+
+
+def one(treatment, control, claim=None, test="welch", level=0.95) -> V.Verdict:
+    (v,) = V.judge([comparison(treatment, control, claim)], V.Plan(test=test, level=level))
+    return v
+
+
+# ----------------------------------------------------------------------------- against scipy
+
+@pytest.mark.parametrize("test", V.TESTS)
+def test_the_statistic_df_and_interval_are_scipys(test):
+    rng = np.random.default_rng(0)
+    a, b = rng.normal(0.3, 0.2, 5), rng.normal(0.0, 0.5, 5)
+    v = one(a, b, test=test)
+    ref = stats.ttest_rel(a, b) if test == "paired" else stats.ttest_ind(a, b, equal_var=False)
+    # t and df from the module's own moments, p from scipy: they must agree with scipy's test.
+    assert v.t == pytest.approx(ref.statistic, rel=1e-12) and v.df == pytest.approx(ref.df, rel=1e-12)
+    assert v.p == pytest.approx(ref.pvalue, rel=1e-12) and v.p_holm == v.p  # a family of one
+    lo, hi = ref.confidence_interval(0.95)
+    assert v.ci == (pytest.approx(lo, rel=1e-10), pytest.approx(hi, rel=1e-10))
+    assert v.test == ("paired t" if test == "paired" else "Welch t")
+
+
+def test_the_committed_task_support_verdicts_are_welchs_test_of_the_tables_means_and_sds():
+    """Issue 32 recomputed Welch's test from the committed table's means and sds (p = 0.039 for
+    non_compositional on the store it measured). The verdict's test, read from the store's
+    seeds, must be that test, and its outcome what Holm makes of it."""
+    out = driver.PACKAGED_RESULTS_DIR / "task-support" / "cpu"
+    plan = V.Plan(test="welch", claims=(V.Claim("split", "hurts", "non_compositional", "random"),))
+    table = effects_table("task-support", "cpu", out, plan=plan)
+    rows = {r["split"]: r for r in table["rows"]}
+    ref, family = rows["random"], len(rows) - 1
+    ps = {}
+    for split, r in rows.items():
+        if split == "random":
+            continue
+        ps[split] = stats.ttest_ind_from_stats(r["held_out_r2_mean"], r["held_out_r2_sd"], r["runs"],
+                                               ref["held_out_r2_mean"], ref["held_out_r2_sd"], ref["runs"],
+                                               equal_var=False).pvalue
+    adjusted = dict(zip(ps, V.holm(list(ps.values())), strict=True))
+    for split, p in adjusted.items():
+        r = rows[split]
+        assert f"p_Holm = {V._g(p)}" in r["test"], (split, r["test"], p)
+        called = r["effect_vs_random"].split("(")[1].rstrip(")")
+        assert (called in (V.HELPS, V.HURTS)) == (p < 0.05), (split, called, p)
+    assert rows["non_compositional"]["agrees"] in ("yes", "inconclusive") and family == 5
+
+
+# ----------------------------------------------------------------------------- size and power
+
+@pytest.mark.parametrize("test,n", [("paired", 2), ("paired", 4), ("welch", 3)])
+def test_under_no_difference_an_effect_is_called_at_most_5_percent_of_the_time(test, n):
+    """The test's size: the old rule (an effect beyond 2 standard errors) would call one in
+    30% (paired, n = 2: P(|t_1| > 2)) and 12% (n = 4) of these; 95% must mean 5%."""
+    rng = np.random.default_rng(1)
+    R = 4000
+    a, b = rng.normal(size=(2, R, n))
+    called = sum(one(a[i], b[i], test=test).outcome in (V.HELPS, V.HURTS) for i in range(R))
+    tol = 4 * math.sqrt(0.05 * 0.95 / R)
+    if test == "paired":  # exact: the differences are normal
+        assert abs(called / R - 0.05) < tol, called / R
+    else:  # Welch is slightly conservative at equal variances
+        assert 0.03 < called / R < 0.05 + tol, called / R
+    assert stats.t.sf(2, 1) * 2 > 0.29  # what the old rule's size was at one df
+
+
+def test_power_of_matches_simulation_and_seeds_needed_is_the_first_n_with_that_power():
+    rng = np.random.default_rng(2)
+    sd, effect, alpha = 0.05, 0.06, 0.05 / 3
+    n = V.seeds_needed("paired", sd, alpha=alpha, power=0.8, effect=effect)
+    se, df = sd / math.sqrt(n), n - 1
+    assert V.power_of(effect, se, df, alpha) >= 0.8
+    assert V.power_of(effect, sd / math.sqrt(n - 1), n - 2, alpha) < 0.8
+    R = 4000
+    d = rng.normal(effect, sd, (R, n))
+    t = d.mean(1) / (d.std(1, ddof=1) / math.sqrt(n))
+    simulated = np.mean(np.abs(t) > stats.t.ppf(1 - alpha / 2, df))
+    expected = V.power_of(effect, se, df, alpha)
+    assert abs(simulated - expected) < 4 * math.sqrt(expected * (1 - expected) / R), (simulated, expected)
+
+
+def test_the_mde_is_the_effect_with_the_planned_power():
+    mde = V.minimum_detectable(0.1, 3.0, 0.05, 0.8)
+    assert V.power_of(mde, 0.1, 3.0, 0.05) == pytest.approx(0.8, abs=1e-9)
+    assert V.minimum_detectable(0.0, 3.0, 0.05, 0.8) == 0.0
+
+
+def test_tost_establishes_equivalence_when_the_truth_is_zero_and_rarely_at_the_margin():
+    rng = np.random.default_rng(3)
+    R, n, sd, margin = 2000, 6, 0.05, 0.1
+    claim = V.Claim("split", "no effect", margin=margin, why="stated")
+    plan = V.Plan(test="paired")
+    def equivalent(truth):
+        (v,) = V.judge([comparison(rng.normal(truth, sd, n), np.zeros(n), claim)], plan)
+        return v.outcome == V.EQUIVALENT
+
+    at_zero = sum(equivalent(0.0) for _ in range(R))
+    # 2 tests in the family (difference and TOST): the TOST runs at 0.05 or 0.025 after Holm,
+    # so its power lies between equivalence_power at those levels.
+    se = sd / math.sqrt(n)
+    lo, hi = V.equivalence_power(margin, se, n - 1, 0.025), V.equivalence_power(margin, se, n - 1, 0.05)
+    tol = 4 * math.sqrt(0.25 / R)
+    assert lo - tol < at_zero / R < hi + tol, (at_zero / R, lo, hi)
+    at_margin = sum(equivalent(margin) for _ in range(R))
+    assert at_margin / R < 0.05 + 4 * math.sqrt(0.05 * 0.95 / R)  # TOST's size at the boundary
+
+
+def test_seeds_needed_for_equivalence_and_its_limits():
+    n = V.seeds_needed("welch", 0.01, alpha=0.05, power=0.8, margin=0.02)
+    se, df = 0.01 * math.sqrt(2 / n), 2 * (n - 1)
+    assert V.equivalence_power(0.02, se, df, 0.05) >= 0.8
+    assert V.equivalence_power(0.02, 0.01 * math.sqrt(2 / (n - 1)), 2 * (n - 2), 0.05) < 0.8
+    assert V.seeds_needed("paired", 1.0, alpha=0.05, power=0.8, effect=1e-3) is None  # beyond MAX_SEEDS
+    with pytest.raises(ValueError, match="one of effect and margin"):
+        V.seeds_needed("paired", 1.0, alpha=0.05, power=0.8)
+
+
+# ----------------------------------------------------------------------------- Holm
+
+def test_holm_on_a_worked_example_and_its_properties():
+    assert V.holm([0.01, 0.04, 0.03, 0.005]) == pytest.approx([0.03, 0.06, 0.06, 0.02])
+    rng = np.random.default_rng(4)
+    for _ in range(200):
+        p = rng.uniform(0, 0.2, rng.integers(1, 8)).tolist()
+        adj = V.holm(p)
+        assert all(a >= q for a, q in zip(adj, p, strict=True))  # never below the raw p
+        assert all(a <= min(1.0, len(p) * q) + 1e-15 for a, q in zip(adj, p, strict=True))  # nor Bonferroni
+        order = np.argsort(p)
+        assert np.all(np.diff(np.array(adj)[order]) >= 0)  # monotone in the raw order
+
+
+def test_the_family_is_corrected_together():
+    """Two clear effects alone reject; beside three null comparisons, Holm still rejects the
+    clearest but a p of 0.02 is no longer an effect."""
+    plan = V.Plan(test="paired")
+    strong = comparison([1.0, 1.1, 0.9, 1.05], [0, 0.01, -0.01, 0.02])
+    weak = comparison([0.3, 0.1, 0.5, 0.2], [0, 0, 0, 0])  # paired t(3) = 3.66, p = 0.035
+    assert V.judge([weak], plan)[0].outcome == V.HELPS
+    nulls = [comparison([0.1, -0.1, 0.05, -0.05], [0, 0, 0, 0]) for _ in range(3)]
+    got = V.judge([strong, weak, *nulls], plan)
+    assert got[0].outcome == V.HELPS and got[1].outcome == V.INCONCLUSIVE
+    assert got[1].p < 0.05 < got[1].p_holm and V.family_size(got) == 5
+
+
+# ----------------------------------------------------------------------------- outcomes and agreement
+
+def test_agreement_is_yes_only_for_the_papers_outcome_and_no_only_for_a_tested_opposite():
+    clear_drop, clear_rise = ([0.1, 0.11, 0.09], [0.9, 0.91, 0.89]), ([0.9, 0.91, 0.89], [0.1, 0.11, 0.09])
+    noisy = ([0.1, 0.9, 0.5], [0.6, 0.2, 0.7])
+    assert one(*clear_drop, HURTS).agrees == "yes"
+    assert one(*clear_rise, HURTS).agrees == "NO"
+    assert one(*noisy, HURTS).agrees == "inconclusive"  # never NO
+    tiny = ([0.500, 0.501, 0.499, 0.5], [0.5, 0.5005, 0.4995, 0.5])
+    assert one(*tiny, SAME).outcome == V.EQUIVALENT and one(*tiny, SAME).agrees == "yes"
+    assert one(*tiny, HURTS).agrees == "inconclusive"  # no margin asked: not an equivalence
+    assert one(*clear_drop, SAME).outcome == V.HURTS and one(*clear_drop, SAME).agrees == "NO"
+    assert one(*noisy, SAME).agrees == "inconclusive"
+    assert one([0.5], [0.1, 0.2], HURTS).agrees == "not testable"
+    assert one([0.5, 0.6], [0.1, 0.2]).agrees is None  # no claim, no agreement
+
+
+def test_an_equivalence_where_the_paper_claims_an_effect_is_no():
+    v = V.Verdict(name="c", test="paired t", n=(3, 3), difference=0.0, paper="hurts", p=0.9, p_holm=0.9,
+                  p_equivalence=0.01, p_equivalence_holm=0.02)
+    V._outcome(v, 0.05)
+    assert (v.outcome, v.agrees) == (V.EQUIVALENT, "NO")
+
+
+def test_one_seed_zero_variance_and_conditions():
+    v = one([0.5], [0.4, 0.3])
+    assert v.outcome == V.NOT_TESTABLE and "fewer than 2 seeds" in v.why and v.p is None
+    assert V.test_text(v) == v.why
+    v = one([0.5, 0.5], [0.4, 0.4])  # every seed the same: the difference is exact
+    assert (v.outcome, v.p, v.se) == (V.HELPS, 0.0, 0.0)
+    v = one([0.5, 0.5], [0.5, 0.5], SAME)
+    assert v.outcome == V.EQUIVALENT
+    floor = V.Comparison("c", {1: 0.1, 2: 0.2}, {1: 0.0, 2: 0.1}, HURTS, "below the floor")
+    (v,) = V.judge([floor], V.Plan())
+    assert (v.outcome, v.agrees, v.why) == (V.NOT_TESTABLE, "not testable", "below the floor")
+
+
+def test_a_paired_test_reads_the_seeds_both_arms_ran():
+    c = V.Comparison("c", {1: 0.5, 2: 0.6, 3: 0.7}, {2: 0.1, 3: 0.2, 4: 0.9}, None)
+    a, b = c.arms("paired")
+    assert a.tolist() == [0.6, 0.7] and b.tolist() == [0.1, 0.2]
+    assert V.judge([c], V.Plan(test="paired"))[0].n == (2, 2)
+
+
+def test_interval_side():
+    assert V.interval_side(0.1, 0.5, 0.0) == "> 0"
+    assert V.interval_side(0.2, 0.9, 1.0) == "< 1"
+    assert V.interval_side(-0.1, 0.5, 0.0) == V.INCONCLUSIVE
+
+
+# ----------------------------------------------------------------------------- plans
+
+def test_plan_of_refuses_a_claim_of_no_effect_without_a_margin_and_other_bad_blocks():
+    with pytest.raises(ValueError, match="needs a positive margin and its reason"):
+        V.plan_of(dict(claims=[dict(factor="split", paper="no effect")]))
+    with pytest.raises(ValueError, match="needs a positive margin and its reason"):
+        V.plan_of(dict(claims=[dict(factor="split", paper="no effect", margin=0.02)]))
+    with pytest.raises(ValueError, match="paper must be one of"):
+        V.plan_of(dict(claims=[dict(factor="split", paper="no clear effect")]))
+    with pytest.raises(ValueError, match="test must be one of"):
+        V.plan_of(dict(test="student"))
+    with pytest.raises(ValueError, match="unknown field 'alpha'"):
+        V.plan_of(dict(alpha=0.05))
+    with pytest.raises(ValueError, match="a margin belongs to a claim of no effect"):
+        V.plan_of(dict(claims=[dict(factor="split", paper="hurts", margin=0.1)]))
+    with pytest.raises(ValueError, match="a floor needs its reason"):
+        V.plan_of(dict(claims=[dict(factor="split", paper="hurts", floor=0.1)]))
+    assert V.plan_of(None) == V.Plan()
+
+
+def test_every_study_file_states_a_valid_plan_and_every_claim_of_no_effect_has_a_margin():
+    for name in driver.study_names():
+        plan = driver.study_plan(name)
+        for c in plan.claims:
+            assert c.paper != V.NO_EFFECT or (c.margin and c.why), (name, c)
+    assert driver.study_plan("task-support").test == "paired"
+    assert {c.treatment for c in driver.study_plan("task-support").claims} == {
+        "non_compositional", "unpopular_modules", "popular_modules"}
+
+
+def test_a_study_with_a_bad_verdicts_block_is_refused_in_one_line_before_any_run(tmp_path):
+    study = Path(driver.study_file("task-support")).read_text().replace("margin: 0.02", "margin: -1")
+    path = tmp_path / "bad.yaml"
+    path.write_text(study)
+    argv = ["run", str(path), "--scale", "smoke", "--engine", "serial", "--out", str(tmp_path / "out")]
+    proc = subprocess.run([sys.executable, "-m", "verify.study", *argv], capture_output=True, text=True)
+    assert proc.returncode == 2, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and "needs a positive margin" in proc.stderr
+    assert not (tmp_path / "out").exists()
