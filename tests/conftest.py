@@ -17,3 +17,12 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 import torch  # noqa: E402
 
 torch.set_num_threads(1)
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _own_cache_folder(tmp_path_factory, monkeypatch):
+    """Every test's replays of behaviour records (verify.studies.behaviour) are cached in a
+    folder of its own: none reads another's verdicts, and none writes into the user's home."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("cache")))

@@ -137,7 +137,7 @@ def _identity(M):
 
 
 def test_a_preference_run_scores_every_side_and_has_no_construction():
-    r = sgd.run(sgd.parse_args(["--family", "preference", "--M", "4", "--K", "2", "--F", "3", "--steps", "3",
+    r = sgd.run(sgd.parse_args(["--family", "preference", "--M", "4", "--K", "2", "--F", "4", "--steps", "3",
                                 "--eval-tasks", "16", "--widths", "8", "--no-progress"]))
     assert r["family"] == "preference" and r["construction_within_certificate"] is None
     assert [row["network"] for row in r["rows"]] == ["sgd custom"]
@@ -146,12 +146,12 @@ def test_a_preference_run_scores_every_side_and_has_no_construction():
         for metric in ("acc", "acc_all"):
             assert 0 <= lookup(r["metrics"], "sgd custom", side, metric) <= 1
     assert [name for name, _ in r["rows"][0]["probe_r2"]] == ["encoding", "layer1", "output"]
-    assert r["task"]["F"] == 3 and "I" not in r["task"] and r["train"]["lr"] == 1e-4
+    assert r["task"]["F"] == 4 and "I" not in r["task"] and r["train"]["lr"] == 1e-4
     assert "no reference construction" in sgd.format_report(r)
 
 
 def test_the_preference_transformer_reads_an_episode_as_a_sequence():
-    r = sgd.run(sgd.parse_args(["--family", "preference", "--M", "4", "--K", "2", "--F", "3", "--steps", "2",
+    r = sgd.run(sgd.parse_args(["--family", "preference", "--M", "4", "--K", "2", "--F", "4", "--steps", "2",
                                 "--eval-tasks", "8", "--student", "transformer", "--d-model", "8",
                                 "--n-heads", "2", "--n-layers", "1", "--d-ffw", "8", "--no-progress"]))
     assert [n for n, _ in r["rows"][0]["probe_r2"]] == ["encoding", "block1", "final_norm"]

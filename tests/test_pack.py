@@ -20,7 +20,7 @@ from verify.learning.train import TrainConfig
 
 HYPERTEACHER = ["--M", "5", "--K", "2", "--I", "3", "--H", "2", "--O", "2", "--shapes", "custom", "--widths",
                 "16", "16"]
-PREFERENCE = ["--family", "preference", "--M", "4", "--K", "2", "--F", "3", "--widths", "16"]
+PREFERENCE = ["--family", "preference", "--M", "4", "--K", "2", "--F", "4", "--widths", "16"]
 TRANSFORMER = ["--M", "5", "--K", "2", "--I", "3", "--H", "2", "--O", "2", "--student", "transformer",
                "--d-model", "16", "--n-layers", "1", "--d-ffw", "16"]
 

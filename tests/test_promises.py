@@ -104,6 +104,8 @@ USAGE_ROWS = [
     ("verify.sgd", ["--family", "preference", "--encoding", "fewshot"], "hyperteacher only"),
     ("verify.sgd", ["--family", "preference", "--shapes", "matched"], "no construction to match"),
     ("verify.sgd", ["--family", "preference", "--objects", "19"], "at most 18 objects"),
+    ("verify.sgd", ["--family", "preference", "--M", "16", "--F", "4"], "the official run.py requires M ≤ F"),
+    ("verify.sgd", ["--allow-M-above-F"], "--allow-M-above-F applies to --family preference"),
     ("verify.bench", ["--repeats", "0"], "positive integer"),
     ("verify.bench", ["--repeats", "-3"], "positive integer"),
     ("verify.bench", ["--frobnicate"], "unrecognized"),

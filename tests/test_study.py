@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.test_pack import same_metrics
+from verify.learning.families import HyperteacherFamily
 from verify.learning.records import lookup
 from verify.studies import driver as study
 from verify.studies.effects import _support_effects, effects_table
@@ -342,7 +343,16 @@ def test_a_run_records_its_code_and_one_made_by_other_code_is_marked_and_rerun(t
     assert (table["runs_other_code"], table["runs_unknown_code"]) == (0, 0)
     assert "code" not in table["columns"] and not any("--rerun-stale" in n for n in table["notes"])
 
-    # The code changes (training, scoring): the stored runs were made by other code.
+    # The code's text changes, its behaviour does not (a refactor): the runs stay current.
+    monkeypatch.setattr(study, "code_fingerprint", lambda *program: "e" * 64)
+    same = study.run_study(path, "paper", out, engine="serial", progress=False)
+    assert (same["done"], same["already_done"], same["stale"]) == (0, 2, 0)
+    assert study.main(["report", path, "--scale", "paper", "--out", str(out), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["runs_other_code"] == 0
+
+    # The code changes what it computes (the loss): the stored runs were made by other code.
+    loss = HyperteacherFamily.loss
+    monkeypatch.setattr(HyperteacherFamily, "loss", lambda self, pred, batch: 1.5 * loss(self, pred, batch))
     monkeypatch.setattr(study, "code_fingerprint", lambda *program: "f" * 64)
     kept = study.run_study(path, "paper", out, engine="serial", progress=False)
     assert (kept["done"], kept["already_done"], kept["stale"], kept["stale_unknown"]) == (0, 2, 2, 0)
@@ -374,6 +384,11 @@ def test_rerun_stale_reruns_failed_runs_made_by_other_code_and_leaves_current_on
     same = study.run_study(path, "paper", out, engine="serial", progress=False, rerun_stale=True)
     assert (same["done"], same["failed"], same["skipped_failed"], same["stale"]) == (0, 0, 1, 0)
     monkeypatch.setattr(study, "code_fingerprint", lambda *program: "e" * 64)
+    refactored = study.run_study(path, "paper", out, engine="serial", progress=False, rerun_stale=True)
+    assert (refactored["done"], refactored["failed"], refactored["skipped_failed"]) == (0, 1, 0)
+    loss = HyperteacherFamily.loss
+    monkeypatch.setattr(HyperteacherFamily, "loss", lambda self, pred, batch: 2 * loss(self, pred, batch))
+    monkeypatch.setattr(study, "code_fingerprint", lambda *program: "d" * 64)
     again = study.run_study(path, "paper", out, engine="serial", progress=False, rerun_stale=True)
     assert (again["done"], again["failed"], again["skipped_failed"]) == (1, 1, 0)
 
@@ -399,7 +414,7 @@ def test_an_old_store_reads_as_unknown_code_is_migrated_on_write_and_rerun_stale
     # run opens it for writing: the columns are added, old rows stay, with no code.
     kept = study.run_study(path, "paper", out, engine="serial", progress=False)
     assert (kept["done"], kept["already_done"], kept["stale"], kept["stale_unknown"]) == (0, 2, 2, 2)
-    assert columns(db)[-2:] == ["code_version", "code_fingerprint"]
+    assert columns(db)[-3:] == ["code_version", "code_fingerprint", "behaviour"]
     with RunStore(db) as store:
         assert [(r["status"], r["code_version"], r["code_fingerprint"]) for r in store.rows()] == [
             ("done", None, None)] * 2
@@ -456,7 +471,7 @@ for extra in (["--widths", "4"], ["--student", "transformer", "--d-model", "8", 
               "--n-layers", "1", "--d-ffw", "8"], ["--student", "hypernetwork", "--d-ffw", "8"],
               ["--encoding", "invertible_nn", "--split", "non_compositional"]):
     sgd.run(sgd.parse_args([*FAST, "--shapes", "custom", *extra] if "--widths" in extra else [*FAST, *extra]))
-sgd.run(sgd.parse_args(["--family", "preference", "--M", "4", "--K", "2", "--F", "3", "--steps", "2",
+sgd.run(sgd.parse_args(["--family", "preference", "--M", "4", "--K", "2", "--F", "4", "--steps", "2",
                         "--eval-tasks", "16", "--widths", "4", "--no-progress"]))
 print(" ".join(m for m in sys.modules if m.split(".")[0] in ("theory", "constructions", "verify")))
 """

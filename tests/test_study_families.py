@@ -30,7 +30,7 @@ parameters:
   family: {value: preference}
   M: {value: 4}
   K: {value: 2}
-  F: {value: 3}
+  F: {value: 4}
   width: {value: 4}
   depth: {value: 1}
   steps: {value: 20}
@@ -41,7 +41,7 @@ parameters:
 OTHER"""
 
 
-def mixed_study(tmp_path: Path, fs: str = "[3]", steps: int = 20) -> str:
+def mixed_study(tmp_path: Path, fs: str = "[4]", steps: int = 20) -> str:
     """tiny_study's hyperteacher grid crossed with the preference grid (F in `fs`) and two splits."""
     path = Path(tiny_study(tmp_path, seeds="[1]", steps=steps, name="mixed.yaml"))
     path.write_text(path.read_text() + BOTH_FAMILIES.replace("FS", fs))
@@ -100,7 +100,7 @@ def test_a_study_crossing_both_families_runs_on_ray_and_keeps_each_familys_setti
                  for f in ("hyperteacher", "preference")}
     assert [len(runs) for runs in by_family.values()] == [2, 2]
     for r in by_family["preference"]:
-        assert r["config"]["family"] == "preference" and r["config"]["F"] == 3
+        assert r["config"]["family"] == "preference" and r["config"]["F"] == 4
         assert not HYPERTEACHER_DESTS & set(r["config"]), r["config"]
         assert r["report"]["family"] == "preference"
         assert r["report"]["construction_within_certificate"] is None
@@ -146,7 +146,7 @@ def test_a_hyperteacher_run_keeps_the_key_it_had_before_there_were_families(tmp_
     named = Path(tiny_study(tmp_path, seeds="[1]", name="named.yaml"))
     named.write_text(named.read_text() + "  family: {value: hyperteacher}\n")
     assert [(r.key, r.config) for r in study.expand(str(named), "paper")[1]] == [(run.key, run.config)]
-    _, crossed = study.expand(mixed_study(tmp_path, fs="[3, 5]", steps=5), "paper")
+    _, crossed = study.expand(mixed_study(tmp_path, fs="[4, 6]", steps=5), "paper")
     hyper = [r for r in crossed if "family" not in r.config]
     assert run.key in {r.key for r in hyper}  # the same grid point, crossed with the preference grid
 
@@ -155,7 +155,10 @@ def test_the_committed_stores_made_before_the_families_keep_their_keys():
     """The committed cpu stores' runs of unknown code were stored before runs recorded their
     code, and so before the families: each such configuration (which has no `family` and no
     preference setting), resolved again through verify.sgd's parser as a grid point, gives back
-    the key the code of that time stored it under. Every other stored run does too."""
+    the key the code of that time stored it under. Every other stored run does too, but for
+    preference runs with more modules than feature types (M > F), which today's code refuses
+    without --allow-M-above-F (the official constraint, issue 32): those must be refused for
+    exactly that reason, and their study's grid no longer holds them."""
     before_families = 0
     for store_path in sorted(study.PACKAGED_RESULTS_DIR.glob("*/cpu/study.sqlite")):
         with RunStore(store_path, readonly=True) as store:
@@ -165,6 +168,13 @@ def test_the_committed_stores_made_before_the_families_keep_their_keys():
             if config.get("program", study.DEFAULT_PROGRAM) != study.DEFAULT_PROGRAM:
                 continue  # another program's store (image-composition): tests/test_images_study.py
             argv = study.program_argv({k: v for k, v in config.items() if v is not None})
+            if config.get("family") == "preference" and config["M"] > config["F"] \
+                    and not config.get("allow_M_above_F"):
+                with pytest.raises(study.UsageError, match="requires M ≤ F"):
+                    sgd.parse_args([*argv, "--no-progress"])
+                name = store_path.parent.parent.name
+                assert r["key"] not in {run.key for run in study.expand(name, "cpu")[1]}, store_path
+                continue
             resolved = sgd.run_config(sgd.parse_args([*argv, "--no-progress"]))
             assert (resolved, config_key(resolved)) == (config, r["key"]), store_path
             if r["code_fingerprint"] is None:
@@ -175,17 +185,17 @@ def test_the_committed_stores_made_before_the_families_keep_their_keys():
 
 
 def test_preference_runs_differing_only_in_a_preference_setting_have_their_own_keys(tmp_path):
-    _, runs = study.expand(mixed_study(tmp_path, fs="[3, 5]", steps=5), "paper")
+    _, runs = study.expand(mixed_study(tmp_path, fs="[4, 6]", steps=5), "paper")
     preference = [r for r in runs if r.config.get("family") == "preference"]
     hyper = [r for r in runs if "family" not in r.config]
-    # 2 splits × F ∈ {3, 5} for the preference grid; F is no hyperteacher setting: 2 splits only.
+    # 2 splits × F ∈ {4, 6} for the preference grid; F is no hyperteacher setting: 2 splits only.
     assert (len(preference), len(hyper)) == (4, 2)
     assert len({r.key for r in runs}) == 6
     assert {(r.config["split"], r.config["F"]) for r in preference} == {
-        (s, f) for s in ("random", "non_compositional") for f in (3, 5)}
+        (s, f) for s in ("random", "non_compositional") for f in (4, 6)}
     by_f = {r.config["F"]: r for r in preference if r.config["split"] == "random"}
-    differ = {k for k in by_f[3].config if by_f[3].config[k] != by_f[5].config[k]}
-    assert differ == {"F"} and by_f[3].key != by_f[5].key
+    differ = {k for k in by_f[4].config if by_f[4].config[k] != by_f[6].config[k]}
+    assert differ == {"F"} and by_f[4].key != by_f[6].key
     assert all("--F" not in r.argv for r in hyper)
 
 
@@ -207,6 +217,33 @@ def test_a_parameter_no_grid_point_takes_is_refused(tmp_path):
     eps = {r.config.get("family", "hyperteacher"): r.config.get("eps") for r in study.expand(str(crossed),
                                                                                               "paper")[1]}
     assert eps == {"preference": None, "hyperteacher": 0.5}
+
+
+def test_more_modules_than_feature_types_is_a_named_deviation_in_the_config_and_in_a_grid(tmp_path):
+    """The official run.py refuses num_preferences > num_features; here M > F is refused unless
+    --allow-M-above-F asks for it, which then stands in the run's configuration (and key).
+    At M ≤ F the flag is absent from the configuration, so those runs keep their keys."""
+    base = ["--family", "preference", "--M", "4", "--K", "2", "--no-progress"]
+    with pytest.raises(study.UsageError, match="requires M ≤ F"):
+        sgd.parse_args([*base, "--F", "3"])
+    deviation = sgd.run_config(sgd.parse_args([*base, "--F", "3", "--allow-M-above-F"]))
+    assert deviation["allow_M_above_F"] is True
+    assert "allow_M_above_F" not in sgd.run_config(sgd.parse_args([*base, "--F", "4"]))
+    refused = preference_study(tmp_path, name="refused.yaml")
+    Path(refused).write_text(Path(refused).read_text().replace("F: {value: 4}", "F: {value: 3}"))
+    with pytest.raises(study.UsageError, match="requires M ≤ F"):
+        study.expand(refused, "paper")
+    allowed = preference_study(tmp_path, "  allow_M_above_F: {value: true}\n", "allowed.yaml")
+    Path(allowed).write_text(Path(allowed).read_text().replace("F: {value: 4}", "F: {value: 3}"))
+    (run,) = study.expand(allowed, "paper")[1]
+    assert "--allow-M-above-F" in run.argv and run.config["allow_M_above_F"] is True
+    # A switch takes true or false; false leaves the flag (and the key) as without it.
+    off = preference_study(tmp_path, "  allow_M_above_F: {value: false}\n", "off.yaml")
+    assert [r.key for r in study.expand(off, "paper")[1]] == [r.key for r in study.expand(
+        preference_study(tmp_path), "paper")[1]]
+    bad = preference_study(tmp_path, "  allow_M_above_F: {value: 1}\n", "bad.yaml")
+    with pytest.raises(study.UsageError, match="is a switch"):
+        study.expand(bad, "paper")
 
 
 # ----------------------------------------------------------------------------- the effects table

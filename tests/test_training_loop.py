@@ -31,7 +31,7 @@ PROJECT = tuple(str(ROOT / package) for package in ("verify", "constructions", "
 COSINE = TrainConfig(steps=20, tasks_per_batch=4, samples_per_task=3, lr=1e-3, schedule="cosine",
                      warmup_steps=3)
 FAMILY_FLAGS = {"hyperteacher": ["--M", "5", "--K", "2", "--I", "3", "--H", "2", "--O", "2", "--widths", "8"],
-                "preference": ["--family", "preference", "--M", "4", "--K", "2", "--F", "3"]}
+                "preference": ["--family", "preference", "--M", "4", "--K", "2", "--F", "4"]}
 
 
 def family_and_student(name="hyperteacher"):

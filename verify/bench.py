@@ -51,7 +51,7 @@ def parse_args(argv) -> object:
     if args.device is None and (args.pack or args.assume_tflops):
         raise UsageError("--pack and --assume-tflops apply to --device")
     if args.device is not None:
-        from verify.learning.sgd import check_device
+        from verify.cli import check_device
 
         check_device(args.device)
     return args

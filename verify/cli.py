@@ -30,7 +30,6 @@ import traceback
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
-from constructions.tasks.names import ENCODINGS, WEIGHTS
 
 EXIT_OK, EXIT_VIOLATED, EXIT_USAGE, EXIT_INTERNAL, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 GIB = 2**30
@@ -151,7 +150,7 @@ TEACHER_SIZE_HELP = dict(M="number of modules", K="max active modules per task, 
                          H="teacher hidden size", O="output size")
 
 
-def add_teacher_flags(p: argparse.ArgumentParser, defaults: dict, *, encodings: Sequence[str] = ENCODINGS,
+def add_teacher_flags(p: argparse.ArgumentParser, defaults: dict, *, encodings: Sequence[str] | None = None,
                       encoding_help: str = "task encoding e(z)", strict_names: bool = False,
                       with_seed: bool = True) -> None:
     """The hyperteacher's flags, with this CLI's defaults: --M --K --I --H --O (defaults[name]
@@ -160,7 +159,12 @@ def add_teacher_flags(p: argparse.ArgumentParser, defaults: dict, *, encodings: 
 
     With strict_names argparse itself refuses a weight or encoding name outside the lists
     (choices); otherwise the help shows the lists and the CLI's own check refuses a wrong name
-    with its message (verify.bound.check_teacher_and_construction)."""
+    with its message (verify.bound.check_teacher_and_construction). `encodings` defaults to the
+    teacher's own (ENCODINGS)."""
+    # Imported here: a program with no teacher (verify.images) loads no task names.
+    from constructions.tasks.names import ENCODINGS, WEIGHTS
+
+    encodings = ENCODINGS if encodings is None else encodings
     for name, what in TEACHER_SIZE_HELP.items():
         p.add_argument(f"--{name}", type=positive_int, default=defaults[name],
                        help=f"{what} (default {defaults[name]})")
@@ -401,3 +405,22 @@ def exit(code: int) -> None:
 def _stderr(line: str) -> None:
     with contextlib.suppress(OSError):
         print(line, file=sys.stderr, flush=True)
+
+
+def check_device(text: str) -> None:
+    """UsageError unless training can run on `text` here (torch is imported only for a
+    device other than the default cpu)."""
+    if text == "cpu":
+        return
+    import torch
+
+    try:
+        device = torch.device(text)
+    except RuntimeError:
+        raise UsageError(f"--device {text!r} is not a device name; use cpu, cuda or cuda:N") from None
+    if device.type not in ("cpu", "cuda"):
+        raise UsageError(f"--device {text!r}: only cpu and cuda are supported")
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise UsageError(f"--device {text}: no CUDA device is available here; use --device cpu")
+    if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
+        raise UsageError(f"--device {text}: there are only {torch.cuda.device_count()} CUDA devices here")

@@ -313,7 +313,7 @@ class Request:
     def checked(self) -> Request:
         """This request with its defaults resolved; UsageError (one line) for bad input, before
         any model is loaded or any folder created."""
-        from verify.learning.sgd import check_device
+        from verify.cli import check_device
 
         fam = family(self.setup)
         if self.judge not in JUDGES:

@@ -29,7 +29,7 @@ import numpy as np
 
 from verify import cli
 from verify.learning.records import mean_sd
-from verify.studies import verdicts
+from verify.studies import behaviour, verdicts
 from verify.studies.effects import code_of, csv_text, hashable, key_cell
 from verify.studies.store import RunStore
 
@@ -55,7 +55,7 @@ def best_unet_layer(decodability: dict) -> str | None:
     return max(layers, key=lambda k: decodability[k]["test_f1"]) if layers else None
 
 
-def run_row(run: dict, fingerprint: str | None = None) -> dict:
+def run_row(run: dict, judge=None) -> dict:
     """One done run as the report reads it."""
     r, config = run["report"], run["config"]
     size = r["model"]["size"]
@@ -71,7 +71,7 @@ def run_row(run: dict, fingerprint: str | None = None) -> dict:
                 best_layer=best, decodability=r["decodability"][best]["test_f1"] if best else None,
                 decodability_exact=r["decodability"][best]["test_exact"] if best else None,
                 text_decodability=max(text) if text else None, layers=r["decodability"],
-                config=config, code=code_of(run, fingerprint))
+                config=config, code=code_of(run, judge))
 
 
 # --- statistics ----------------------------------------------------------------------------------
@@ -242,7 +242,8 @@ def effects_table(study: str, scale: str, out: Path, keys: set[str] | None = Non
     with RunStore(out / "study.sqlite", readonly=True) as store:
         stored = store.rows()
     runs = [r for r in stored if keys is None or r["key"] in keys]
-    done = [run_row(r, fingerprint) for r in runs if r["status"] == "done"]
+    judge = behaviour.Judge("verify.images.train", fingerprint) if fingerprint else None
+    done = [run_row(r, judge) for r in runs if r["status"] == "done"]
     failed = [r for r in runs if r["status"] == "failed"]
     done.sort(key=lambda r: (r["train_combinations"], r["parameters"], r["seed"]))
     groups = _group_rows(done)

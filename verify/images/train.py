@@ -146,8 +146,8 @@ def _parser() -> cli.Parser:
 
 
 def parse_args(argv=None):
+    from verify.cli import check_device
     from verify.images.activations import DEFAULT_PATTERNS, steps_for
-    from verify.learning.sgd import check_device
 
     argv = sys.argv[1:] if argv is None else list(argv)
     args = _parser().parse_args(argv)

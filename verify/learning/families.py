@@ -231,6 +231,7 @@ class HyperteacherFamily(TaskFamily):
     def __init__(self, teacher, encode, encoding: str, config: dict | None = None):
         self.teacher, self.encode, self.encoding, self._config = teacher, encode, encoding, config or {}
         self.M, self.K, self.I, self.O = teacher.M, teacher.K, teacher.I, teacher.O
+        self.sup_measure = None  # the sup error's search budget (None: names.SGD_MEASURE)
 
     def config(self) -> dict:
         return dict(self._config)
@@ -285,8 +286,8 @@ class HyperteacherFamily(TaskFamily):
             # The sup error scores the function the R² scores (a transformer's every position),
             # over x for the family's own task weights (refine_z off): z values the training
             # never shows (weights below 0.5, say) would measure extrapolation, not composition.
-            sup = sup_error(f, self.teacher, encode, supports, samples.x.shape[1], seed, SGD_MEASURE,
-                            refine_z=False)
+            sup = sup_error(f, self.teacher, encode, supports, samples.x.shape[1], seed,
+                            self.sup_measure or SGD_MEASURE, refine_z=False)
             values = (("sup", sup.sup_error), ("rmse", rmse(pred, samples)),
                       ("r2", compositional_r2_paper(pred, samples)), ("r2_nonconstant", r2),
                       ("r2_pairs_used", used))

@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import functools
+import math
 import sys
 import time
 from dataclasses import asdict, dataclass
@@ -59,7 +60,7 @@ DEFAULT_SHAPES = ["matched", "balanced"]
 # Each family's own settings (verify.sgd's destinations), refused for the other family, and
 # its optimiser defaults (the paper's).
 FAMILY_FLAGS = {"hyperteacher": ("I", "H", "O", "eps", "samples_per_task", "eval_samples"),
-                "preference": ("F", "objects", "timelimit", "discount")}
+                "preference": ("F", "objects", "timelimit", "discount", "allow_M_above_F")}
 FAMILY_OPTIMISER = {"hyperteacher": dict(lr=3e-4, weight_decay=3e-3),
                     "preference": dict(lr=1e-4, weight_decay=1e-3)}
 # The preference grid has no construction to match: its MLP is `custom`, 2×256 by default.
@@ -88,6 +89,11 @@ def build_parser() -> cli.Parser:
     p.add_argument("--F", type=positive_int, default=16,
                    help="preference: feature types of the objects (num_features; default 16, the paper's "
                         "sweeps use 16 and 32)")
+    p.add_argument("--allow-M-above-F", action="store_true",
+                   help="preference: allow more modules than feature types (M > F), a deviation from the "
+                        "official run.py, which requires num_preferences ≤ num_features: a task's rewards "
+                        "are basisᵀz, a projection of its M weights onto F dimensions, in which distinct "
+                        "tasks can coincide when F < M")
     p.add_argument("--objects", type=positive_int, default=4,
                    help="preference: objects in the grid, at most 18 (default 4, the paper's)")
     p.add_argument("--timelimit", type=positive_int, default=8,
@@ -241,7 +247,7 @@ def parse_args(argv=None):
     args.init = args.init or "lecun_normal"
     args.seeds = list(dict.fromkeys(args.seed))  # a seed given twice runs once
     args.seed = args.seeds[0]
-    check_device(args.device)
+    cli.check_device(args.device)
     if args.precision == "tf32" and args.device == "cpu":
         raise UsageError("--precision tf32 is a CUDA matmul mode; on the CPU use fp32 or bf16")
     if args.force and not args.save:
@@ -288,6 +294,10 @@ def resolve_family(args, argv: list[str]) -> None:
         if args.objects > 18:
             raise UsageError(f"--objects {args.objects}: at most 18 objects fit the grid's 19 free cells "
                              "beside the agent")
+        if args.M > args.F and not args.allow_M_above_F:
+            raise UsageError(f"--M {args.M} > --F {args.F}: the official run.py requires M ≤ F (with fewer "
+                             "feature types than modules, distinct tasks' rewards can coincide); raise --F, "
+                             "or pass --allow-M-above-F to deviate")
 
 
 # Encodings that need the hyperteacher's examples, refused for the preference grid: the
@@ -335,26 +345,8 @@ def run_config(args) -> dict:
     constant = vars(args).get("schedule", "constant") == "constant"
     return {k: v for k, v in sorted(vars(args).items())
             if k not in RUNTIME and not (k == "family" and v == DEFAULT_FAMILY)
-            and not (constant and k in ("schedule", "warmup_steps"))}
-
-
-def check_device(text: str) -> None:
-    """UsageError unless training can run on `text` here (torch is imported only for a
-    device other than the default cpu)."""
-    if text == "cpu":
-        return
-    import torch
-
-    try:
-        device = torch.device(text)
-    except RuntimeError:
-        raise UsageError(f"--device {text!r} is not a device name; use cpu, cuda or cuda:N") from None
-    if device.type not in ("cpu", "cuda"):
-        raise UsageError(f"--device {text!r}: only cpu and cuda are supported")
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise UsageError(f"--device {text}: no CUDA device is available here; use --device cpu")
-    if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
-        raise UsageError(f"--device {text}: there are only {torch.cuda.device_count()} CUDA devices here")
+            and not (constant and k in ("schedule", "warmup_steps"))
+            and not (k == "allow_M_above_F" and not v)}
 
 
 def extra_sides(args) -> list[int]:
@@ -610,6 +602,79 @@ def _largest_step(prep: Prepared) -> int:
 
     P = prep.family.rows_per_task(getattr(prep.args, "samples_per_task", 0))
     return max(step_macs(net, prep.args.tasks_per_batch, P) for net, _ in prep.students.values())
+
+
+# A run's behaviour record (verify.studies.behaviour): its first steps, the schedule at these
+# fractions of the run, and every network's metrics before training on this many tasks a side.
+BEHAVIOUR_STEPS = 4
+BEHAVIOUR_SCHEDULE = (0.0, 0.05, 0.25, 0.5, 1.0)
+BEHAVIOUR_TASKS = 8
+BEHAVIOUR_SUPPORTS = 2  # the sup error's supports a side
+# The sup error's search cut to a few points and ascent steps, and no line search (its one
+# sweep of every coordinate costs a transformer a minute): the random and ascent stages run.
+BEHAVIOUR_MEASURE = dict(max_tasks=2, points_per_task=4, refine_tasks=1, refine_starts=1, refine_steps=2,
+                         line_evaluations=0)
+
+
+def behaviour(args) -> dict[str, list[float]]:
+    """What a run computes, in a few numbers that any change to its training or scoring code
+    moves (verify.studies.behaviour compares them with the ones a stored run recorded):
+
+    - `split`: how many supports train and how many are held out, and a checksum of both;
+    - `lr`: the learning rate at BEHAVIOUR_SCHEDULE fractions of the run's steps;
+    - per network, `<name> scores`: every metric (and probe R²) of the untrained network,
+      and the construction's certificate, on BEHAVIOUR_TASKS tasks a side (the sup error
+      over the side's first BEHAVIOUR_SUPPORTS supports, with BEHAVIOUR_MEASURE's search);
+    - per student, `<name> losses`: the training loss of its first BEHAVIOUR_STEPS steps, as
+      the run trains them (the full run's schedule and data stream; the running mean the
+      loop logs, which is a fixed function of them).
+
+    One thread, on the CPU, whatever the run used: the record is the same wherever it is made
+    (up to a few ulps of BLAS)."""
+    import copy
+
+    import numpy as np
+    import torch
+
+    from verify.learning.train import learning_rate, train_student
+
+    small = copy.copy(args)
+    small.eval_tasks, small.checkpoint, small.save, small.device = BEHAVIOUR_TASKS, None, None, "cpu"
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        prep = prepare(small, progress=False)
+        prep.sides = {side: (supports[:BEHAVIOUR_SUPPORTS], sampled) for side, (supports, sampled) in
+                      prep.sides.items()}
+        if hasattr(prep.family, "sup_measure"):
+            from verify.names import MeasureBudget
+
+            prep.family.sup_measure = MeasureBudget(**BEHAVIOUR_MEASURE)
+        supports = [np.asarray(prep.split.train, dtype=np.int64), np.asarray(prep.split.test, dtype=np.int64)]
+        # Each side's size and a position-weighted checksum of its supports (which, in which order).
+        out = {"split": [float(len(s)) for s in supports]
+               + [float((s.ravel() * np.arange(1, s.size + 1)).sum()) for s in supports]}
+        steps = prep.train.steps
+        out["lr"] = [float(learning_rate(prep.train, max(1, round(f * steps)))) for f in BEHAVIOUR_SCHEDULE]
+        score_reference(prep, progress=False)
+        if prep.reference is not None:
+            out[f"{prep.reference.name} scores"] = [prep.reference.certificate, *_values(prep.ref_metrics)]
+        for shape, (net, widths) in prep.students.items():
+            untrained = copy.deepcopy(net).double()
+            probe_net = None if args.student == "hypernetwork" else untrained
+            scored, probe = prep.family.score(f"sgd {shape}", untrained, prep.sides, args.seed, probe_net)
+            out[f"sgd {shape} scores"] = _values(scored) + [v for _, v in (probe or [])]
+            result = train_student(prep.family, prep.split.train, net, prep.train, progress=False, threads=1,
+                                   widths=widths, log_every=1, speed=prep.speed, stop_after=BEHAVIOUR_STEPS)
+            out[f"sgd {shape} losses"] = [v for _, v in result.losses]  # the running loss after each step
+    finally:
+        torch.set_num_threads(threads)
+    return out
+
+
+def _values(records) -> list[float]:
+    """Metric records' values in their order, None as nan (a metric a side could not take)."""
+    return [math.nan if m.value is None else float(m.value) for m in records]
 
 
 def run(args) -> dict:

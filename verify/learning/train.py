@@ -178,7 +178,8 @@ def train_student(family: TaskFamily, train_supports: np.ndarray, net: nn.Module
                   cfg: TrainConfig, progress: bool | None = None, threads: int | None = None,
                   name: str = "student", widths: list[int] | None = None,
                   checkpoint: Path | None = None, checkpoint_seconds: float = CHECKPOINT_SECONDS,
-                  log_every: int | None = None, speed: Speed | None = None) -> TrainResult:
+                  log_every: int | None = None, speed: Speed | None = None,
+                  stop_after: int | None = None) -> TrainResult:
     """Fit any student (an MLP, or one with forward_tasks: verify.learning.students) by AdamW
     on the family's loss; each step draws fresh tasks from the training supports (and fresh
     x, or fresh episodes), so the only thing held out is which module combinations are seen.
@@ -195,14 +196,19 @@ def train_student(family: TaskFamily, train_supports: np.ndarray, net: nn.Module
     portable between CPU and CUDA.
 
     `speed` (default Speed.default(cfg.device)) sets the matmul precision, autocast,
-    torch.compile and fused AdamW; it is recorded in the result's config."""
+    torch.compile and fused AdamW; it is recorded in the result's config.
+
+    `stop_after` ends the run after that many of its cfg.steps steps (the schedule is still
+    the full run's): the first steps of a run exactly, for its behaviour record
+    (verify.studies.behaviour)."""
     check_config(cfg)
     speed = speed or Speed.default(cfg.device)
     P = family.rows_per_task(cfg.samples_per_task)
     log_every = log_every or max(1, cfg.steps // 100)
     with threads_for(step_macs(net, cfg.tasks_per_batch, P), cfg.device, threads), matmul_precision(speed):
         return _train(family, train_supports, net, cfg, progress, name, widths,
-                      None if checkpoint is None else Path(checkpoint), checkpoint_seconds, log_every, speed)
+                      None if checkpoint is None else Path(checkpoint), checkpoint_seconds, log_every, speed,
+                      stop_after)
 
 
 def check_config(cfg: TrainConfig) -> None:
@@ -339,7 +345,7 @@ _clock = time.monotonic  # the checkpoints' wall clock (tests replace it)
 
 
 def _train(family, train_supports, net, cfg, progress, name, widths, checkpoint,
-           checkpoint_seconds, log_every, speed) -> TrainResult:
+           checkpoint_seconds, log_every, speed, stop_after=None) -> TrainResult:
     device = torch.device(cfg.device)
     batches = family.batches(train_supports, cfg.tasks_per_batch, cfg.samples_per_task, cfg.seed, device)
     net = net.float().to(device)
@@ -356,7 +362,7 @@ def _train(family, train_supports, net, cfg, progress, name, widths, checkpoint,
     bar = progress_bar(cfg.steps, f"train {name}", progress, unit="step")
     bar.update(done.step)
     start, saved_at = time.perf_counter() - done.seconds, _clock()
-    for step in range(done.step + 1, cfg.steps + 1):
+    for step in range(done.step + 1, min(cfg.steps, stop_after or cfg.steps) + 1):
         if cfg.schedule != "constant":
             for group in opt.param_groups:
                 group["lr"] = learning_rate(cfg, step)

@@ -10,13 +10,17 @@ An optional `also:` (top level for the paper scale, under a scale for that scale
 grids beside the main one; the runs are the union (load_study).
 Each grid point is one run of the program, keyed by a hash of its resolved configuration; its
 stored result also records the code that made it (the project's version and a fingerprint
-of the modules that train and score a run), so results made by other code are marked.
+of the modules that train and score a run) and its behaviour (a few numbers of its first
+steps and scoring: verify.studies.behaviour). A result made by other code counts as current
+when its behaviour replays the same with the installed code (a refactor); otherwise it is
+marked as made by other code.
 
   run STUDY --scale cpu    run every grid point not yet done (one Ray task per run)
   report STUDY             the paper's effects table from the store, without training (the
                            program's own report: verify.images.train's gives the correlation)
   export STUDY             every run as CSV
   list                     the studies and what their stores hold
+  record-behaviour STUDY   record the behaviour of runs this code made before runs did
 
 Exit codes: 0 done, 1 a construction violated its certificate in some run, 2 usage
 error, 3 internal error, 130 interrupted. A run that fails is stored as failed (with its
@@ -47,6 +51,7 @@ from pathlib import Path
 
 from verify import cli
 from verify.cli import UsageError, non_negative_float, positive_float, positive_int
+from verify.studies import behaviour
 
 STUDIES_DIR = Path(__file__).parent
 # Where `run` writes by default: relative to the working folder, so that inside the checkout
@@ -242,6 +247,13 @@ def _flags(program: str = DEFAULT_PROGRAM) -> dict[str, str]:
     return {a.dest: a.option_strings[-1] for a in parser._actions if a.option_strings}
 
 
+@functools.cache
+def _switches(program: str = DEFAULT_PROGRAM) -> frozenset[str]:
+    """The destinations of the program's flags that take no value (store_true)."""
+    parser = PROGRAMS[program].load().build_parser()
+    return frozenset(a.dest for a in parser._actions if a.option_strings and a.nargs == 0)
+
+
 def own_parameters(params: dict, program: str = DEFAULT_PROGRAM) -> dict:
     """The grid point's parameters that apply to its run. A verify.sgd grid that crosses
     students (the scaling-law sweep: mlp and transformer) sets both students' sizes; each run
@@ -266,6 +278,11 @@ def program_argv(params: dict, program: str = DEFAULT_PROGRAM) -> list[str]:
     argv: list[str] = []
     for name, value in params.items():
         if sgd_grid and name in SHAPE_PARAMETERS:
+            continue
+        if name in _switches(program):  # a switch: its flag when true, nothing when false
+            if not isinstance(value, bool):
+                raise UsageError(f"parameter {name!r} is a switch: its value is true or false, not {value!r}")
+            argv += [flags[name]] * value
             continue
         argv.append(flags[name])
         argv += [str(v) for v in value] if isinstance(value, list) else [str(value)]
@@ -328,6 +345,8 @@ NOT_RESULT_CODE = {
     "verify.studies.effects": "verify.sgd uses it only to average several seeds on its own command line",
     "verify.studies.driver": "the driver: what it passes a run is the configuration or a runtime setting",
     "verify.studies.store": "where results are kept, not how they are made",
+    "verify.studies.behaviour": "judges whether the installed code reproduces a stored run's behaviour record; "
+                                "it makes no result",
     "verify.images.results": "the analysis record's layout and provenance, not its numbers",
     "verify.images.study": "the image study's report (analyse's `report` command uses its statistics): it "
                            "reads results, it makes none",
@@ -459,12 +478,15 @@ def run_pack(argvs: list[tuple[str, ...]], run_dirs: list[str], device: str = "c
         args = [sgd.parse_args(_run_argv(a, d, device, checkpoint_minutes)) for a, d in zip(argvs, run_dirs,
                                                                                            strict=True)]
         reports = sgd.run_packed(args)
+        # Each run's record as a run of its own computes it: the code's behaviour, not the pack's.
+        records = [behaviour.record(DEFAULT_PROGRAM, a) for a in argvs]
     except KeyboardInterrupt:
         raise
     except Exception as e:  # noqa: BLE001 - any failure is stored, and the study goes on
         return [_failure(e, start, code)] * len(argvs)
     seconds = time.perf_counter() - start
-    return [dict(status="done", report=r, seconds=seconds, **code) for r in reports]
+    return [dict(status="done", report=r, seconds=seconds, behaviour=b, **code)
+            for r, b in zip(reports, records, strict=True)]
 
 
 def run_one(argv: tuple[str, ...], run_dir: str, device: str = "cpu",
@@ -472,15 +494,18 @@ def run_one(argv: tuple[str, ...], run_dir: str, device: str = "cpu",
     """One run of `program`, in whatever process executes it (a Ray worker, or this one),
     writing into run_dir. Returns {"status": "done", "report": …} or {"status":
     "failed", "error": …}, with the version and fingerprint of the code in this process (a
-    Ray worker's own: a cluster node with other code is recorded as such); only Ctrl-C
-    escapes."""
+    Ray worker's own: a cluster node with other code is recorded as such) and the run's
+    behaviour record (verify.studies.behaviour); only Ctrl-C escapes."""
     code = dict(version=code_version(), fingerprint=code_fingerprint(program))
     module = PROGRAMS[program].load()
 
     start = time.perf_counter()
     try:
         args = module.parse_args(_run_argv(argv, run_dir, device, checkpoint_minutes, program))
-        return dict(status="done", report=module.run(args), seconds=time.perf_counter() - start, **code)
+        report = module.run(args)
+        seconds = time.perf_counter() - start  # the run's own time, without its behaviour record's
+        return dict(status="done", report=report, seconds=seconds, behaviour=behaviour.record(program, argv),
+                    **code)
     except KeyboardInterrupt:
         raise
     except Exception as e:  # noqa: BLE001 - any failure is stored, and the study goes on
@@ -768,23 +793,29 @@ def run_study(name: str, scale: str, out: Path, *, engine: str = "ray", address:
     study, runs = expand(name, scale)
     program = runs[0].program  # a grid has at least one point
     current = code_fingerprint(program)
-    status: dict[str, str] = {}
-    made_by: dict[str, str | None] = {}
+    stored: dict[str, dict] = {}
     if (out / "study.sqlite").is_file():
         with RunStore(out / "study.sqlite", readonly=True) as store:
-            status, made_by = store.statuses(), store.fingerprints()
+            stored = {r["key"]: r for r in store.rows()}
+    status = {k: r["status"] for k, r in stored.items()}
+    # A run made by other code is stale unless its behaviour record replays the same now (a
+    # failed run has none: its fingerprint decides).
+    judge = behaviour.Judge(program, current)
+    made_here = {k: (judge(r) == behaviour.CURRENT if r["status"] == "done"
+                     else r["code_fingerprint"] == current) for k, r in stored.items()}
 
     def is_pending(key: str) -> bool:
         if status.get(key) not in ("done", "failed"):  # never run, or left running by a killed driver
             return True
-        if rerun_stale and made_by.get(key) != current:
+        if rerun_stale and not made_here[key]:
             return True
         return retry_failed and status[key] == "failed"
 
     pending = [r for r in runs if is_pending(r.key)]
     kept = [r for r in runs if not is_pending(r.key)]
     n_done = sum(status[r.key] == "done" for r in kept)
-    stale = [made_by.get(r.key) for r in kept if status[r.key] == "done" and made_by.get(r.key) != current]
+    stale = [stored[r.key]["code_fingerprint"] for r in kept
+             if status[r.key] == "done" and not made_here[r.key]]
     counts = dict(runs=len(runs), already_done=n_done, skipped_failed=len(kept) - n_done,
                   done=0, failed=0, violated=0, stale=len(stale),
                   stale_unknown=stale.count(None), stale_fingerprints=sorted({f for f in stale if f}),
@@ -804,7 +835,8 @@ def run_study(name: str, scale: str, out: Path, *, engine: str = "ray", address:
                                        lambda run: store.start(run.key, study, scale, run.config)):
                 code = dict(version=result["version"], fingerprint=result["fingerprint"])
                 if result["status"] == "done":
-                    store.finish(run.key, result["report"], result["seconds"], **code)
+                    store.finish(run.key, result["report"], result["seconds"], behaviour=result["behaviour"],
+                                 **code)
                     counts["done"] += 1
                     # None: the family has no construction to violate (the preference grid).
                     # (A program with no construction reports none.)
@@ -844,7 +876,7 @@ def stored_out(name: str, scale: str) -> Path:
 
 def build_parser() -> cli.Parser:
     p = cli.Parser("python -m verify.study", __doc__)
-    sub = p.add_subparsers(dest="command", required=True, metavar="{run,report,export,list}")
+    sub = p.add_subparsers(dest="command", required=True, metavar="{run,report,export,list,record-behaviour}")
 
     def common(sp, scale_default="cpu"):
         sp.add_argument("study", help=f"a study name ({', '.join(study_names())}) or a .yaml path")
@@ -891,6 +923,10 @@ def build_parser() -> cli.Parser:
     common(ex)
     ex.add_argument("--csv", metavar="FILE", help="where to write (default DIR/runs.csv)")
     sub.add_parser("list", help="the studies, their runs per scale, and what the stores hold")
+    rec = sub.add_parser("record-behaviour",
+                         help="record the behaviour of the runs this code made before runs recorded it")
+    common(rec)
+    cli.add_common(rec, threads_default="1")
     return p
 
 
@@ -917,7 +953,8 @@ def parse_args(argv=None):
     # report and export read `store` (the working folder's, else the committed one in the
     # package) and write into `out` (always the working folder's, or --out).
     args.store = Path(args.out) if args.out else stored_out(args.study, args.scale)
-    if args.command in ("report", "export") and not (args.store / "study.sqlite").is_file():
+    reads = ("report", "export", "record-behaviour")
+    if args.command in reads and not (args.store / "study.sqlite").is_file():
         raise UsageError(f"no results for {args.study} ({args.scale}) in {args.store}: run "
                          f"`python -m verify.study run {args.study} --scale {args.scale}` first")
     if args.command == "run":  # a bad grid is refused before any work, and before --out is made
@@ -946,6 +983,14 @@ def work(args) -> int:
         cli.emit(cli.to_json(summary) if args.json else format_summary(summary))
         return cli.EXIT_VIOLATED if summary["violated"] else cli.EXIT_OK
     program = study_program(args.study)
+    if args.command == "record-behaviour":
+        counts = behaviour.record_missing(program, args.store / "study.sqlite", code_fingerprint(program),
+                                          progress=False if args.no_progress else None)
+        cli.emit(f"{counts['recorded']} behaviour records written to {args.store / 'study.sqlite'}; "
+                 f"{counts['had']} runs had one; {counts['other_code']} runs by other or unknown code have "
+                 "none (only a rerun records theirs)" if not counts["program_has_none"] else
+                 f"{program} records no behaviour: its runs are judged by their code fingerprint alone")
+        return cli.EXIT_OK
     report = PROGRAMS[program].report_module()
     if args.command == "report":
         name, runs = expand(args.study, args.scale)
@@ -1019,8 +1064,8 @@ def format_list() -> str:
                 with RunStore(store, readonly=True) as s:
                     rows = s.rows()
                 st = [r["status"] for r in rows]
-                current = code_fingerprint(runs[0].program)
-                stale = sum(r["status"] == "done" and r["code_fingerprint"] != current for r in rows)
+                judge = behaviour.Judge(runs[0].program, code_fingerprint(runs[0].program))
+                stale = sum(r["status"] == "done" and judge(r) != behaviour.CURRENT for r in rows)
                 held = (f" ({st.count('done')} done, {st.count('failed')} failed"
                         + (f"; {stale} made by other or unknown code" if stale else "") + ")")
             parts.append(f"{scale} {len(runs)}{held}")

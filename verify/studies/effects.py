@@ -25,7 +25,7 @@ from pathlib import Path
 from verify import cli
 from verify.learning.families import FAMILIES
 from verify.learning.records import mean_sd, records_of
-from verify.studies import verdicts
+from verify.studies import behaviour, verdicts
 from verify.studies.store import RunStore
 
 # The paper's held-out R² by encoding (hyperteacher, M = 16, K = 3, MLP).
@@ -77,11 +77,13 @@ def hashable(v):
     return tuple(v) if isinstance(v, list) else v
 
 
-def code_of(run: dict, fingerprint: str | None) -> str:
-    """current, other or unknown: whether `run` was made by the code whose fingerprint is given."""
-    if run.get("code_fingerprint") is None:
-        return "unknown"
-    return "current" if run["code_fingerprint"] == fingerprint else "other"
+def code_of(run: dict, judge: behaviour.Judge | None) -> str:
+    """current, other or unknown: whether `run` was made by the installed code, or by code
+    that behaves the same (`judge`: verify.studies.behaviour.Judge of the installed code;
+    None, when no fingerprint is given, reads every run with a fingerprint as other)."""
+    if judge is None:
+        return behaviour.UNKNOWN if run.get("code_fingerprint") is None else behaviour.OTHER
+    return judge(run)
 
 
 def _code_cell(codes: list[str]) -> str:
@@ -103,6 +105,7 @@ def effects_table(study: str, scale: str, out: Path, keys: set[str] | None = Non
         from verify.studies.driver import study_plan
 
         plan = study_plan(study, missing_ok=True)
+    judge = behaviour.Judge("verify.sgd", fingerprint) if fingerprint else None
     with RunStore(out / "study.sqlite", readonly=True) as store:
         runs = store.rows()
     old_grid = [r for r in runs if keys is not None and r["key"] not in keys]
@@ -121,7 +124,7 @@ def effects_table(study: str, scale: str, out: Path, keys: set[str] | None = Non
     for r in done:
         for s in student_rows(r["report"]):
             group = tuple(hashable(r["config"].get(k)) for k in varying) + (s["network"],)
-            groups.setdefault(group, []).append(s | dict(code=code_of(r, fingerprint),
+            groups.setdefault(group, []).append(s | dict(code=code_of(r, judge),
                                                          seed=r["config"].get("seed")))
     rows = []
     def order(group):  # numbers by value (M = 8 before 16; widths 64×64 before 256×256), else text
@@ -152,8 +155,8 @@ def effects_table(study: str, scale: str, out: Path, keys: set[str] | None = Non
         rows.append(row)
     families = [FAMILIES[f] for f in dict.fromkeys(r["family"] for r in rows)]
     notes = []
-    other = [r for r in done if code_of(r, fingerprint) == "other"] if fingerprint else []
-    unknown = [r for r in done if code_of(r, fingerprint) == "unknown"] if fingerprint else []
+    other = [r for r in done if code_of(r, judge) == "other"] if fingerprint else []
+    unknown = [r for r in done if code_of(r, judge) == "unknown"] if fingerprint else []
     if other or unknown:
         from verify.studies.driver import stale_line
 

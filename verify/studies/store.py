@@ -7,11 +7,12 @@ Only the driver writes, and every change is its own transaction: a run is marked
 simply not done, and the next invocation starts them again.
 
 Each finished or failed run also records the code that made it: the project's version
-and verify.study's fingerprint of the modules that train and score a run. Stores written
-before runs recorded their code get the two columns on first writable open (an ALTER
-TABLE adding nullable columns); their rows read None there, "code unknown". A store opened
-read-only (`report`, `list`, the figures: a committed store may sit in a read-only
-install) is never altered, and its missing columns read None too.
+and verify.study's fingerprint of the modules that train and score a run, and its behaviour
+record (verify.studies.behaviour: the numbers a later version of the code replays to show it
+computes the same). Stores written before runs recorded these get the columns on first
+writable open (an ALTER TABLE adding nullable columns); their rows read None there, "code
+unknown", "no record". A store opened read-only (`report`, `list`, the figures: a committed
+store may sit in a read-only install) is never altered, and its missing columns read None too.
 """
 
 from __future__ import annotations
@@ -35,12 +36,13 @@ CREATE TABLE IF NOT EXISTS runs (
     attempts INTEGER NOT NULL DEFAULT 0,
     updated  REAL NOT NULL,      -- Unix time of the last change
     code_version     TEXT,       -- the project's version that made the result (NULL: unknown)
-    code_fingerprint TEXT        -- verify.study.code_fingerprint() of that code (NULL: unknown)
+    code_fingerprint TEXT,       -- verify.study.code_fingerprint() of that code (NULL: unknown)
+    behaviour        TEXT        -- JSON: the run's behaviour record (verify.studies.behaviour; NULL: none)
 )
 """
 STATUSES = ("running", "done", "failed")
 # Columns added after the first stores were written: (name, type), nullable, added by migrate().
-ADDED_COLUMNS = (("code_version", "TEXT"), ("code_fingerprint", "TEXT"))
+ADDED_COLUMNS = (("code_version", "TEXT"), ("code_fingerprint", "TEXT"), ("behaviour", "TEXT"))
 
 
 def config_key(config: dict) -> str:
@@ -100,18 +102,27 @@ class RunStore:
                 "INSERT INTO runs (key, study, scale, config, status, attempts, updated) "
                 "VALUES (?, ?, ?, ?, 'running', 1, ?) ON CONFLICT(key) DO UPDATE SET "
                 "status = 'running', error = NULL, attempts = attempts + 1, updated = excluded.updated, "
-                "code_version = NULL, code_fingerprint = NULL",
+                "code_version = NULL, code_fingerprint = NULL, behaviour = NULL",
                 (key, study, scale, json.dumps(config, sort_keys=True), time.time()))
 
     def finish(self, key: str, report: dict, seconds: float, *, version: str | None = None,
-               fingerprint: str | None = None) -> None:
-        """Mark the run done with its report, and the code that made it (None: unknown)."""
+               fingerprint: str | None = None, behaviour: dict | None = None) -> None:
+        """Mark the run done with its report, the code that made it (None: unknown) and its
+        behaviour record (None: none)."""
         from verify.cli import to_json  # strict JSON: a non-finite metric is stored as null
 
         with self._transaction():
             self.db.execute("UPDATE runs SET status = 'done', report = ?, error = NULL, seconds = ?, "
-                            "updated = ?, code_version = ?, code_fingerprint = ? WHERE key = ?",
-                            (to_json(report), seconds, time.time(), version, fingerprint, key))
+                            "updated = ?, code_version = ?, code_fingerprint = ?, behaviour = ? "
+                            "WHERE key = ?",
+                            (to_json(report), seconds, time.time(), version, fingerprint,
+                             None if behaviour is None else _behaviour_json(behaviour), key))
+
+    def set_behaviour(self, key: str, behaviour: dict) -> None:
+        """Record a done run's behaviour (verify.studies.behaviour.record_missing)."""
+        with self._transaction():
+            self.db.execute("UPDATE runs SET behaviour = ? WHERE key = ? AND status = 'done'",
+                            (_behaviour_json(behaviour), key))
 
     def fail(self, key: str, error: str, seconds: float, *, version: str | None = None,
              fingerprint: str | None = None) -> None:
@@ -130,13 +141,20 @@ class RunStore:
         if status is not None:
             query, params = query + " WHERE status = ?", (status,)
         out = []
-        for key, study, scale, config, st, report, error, seconds, attempts, version, fingerprint in (
-                self.db.execute(query + " ORDER BY rowid", params)):
+        for (key, study, scale, config, st, report, error, seconds, attempts, version, fingerprint,
+             behaviour) in self.db.execute(query + " ORDER BY rowid", params):
             out.append(dict(key=key, study=study, scale=scale, config=json.loads(config), status=st,
                             report=None if report is None else json.loads(report), error=error,
                             seconds=seconds, attempts=attempts, code_version=version,
-                            code_fingerprint=fingerprint))
+                            code_fingerprint=fingerprint,
+                            behaviour=None if behaviour is None else json.loads(behaviour)))
         return out
+
+
+def _behaviour_json(behaviour: dict) -> str:
+    """A behaviour record as JSON: nan (a metric a side could not take) as null."""
+    return json.dumps({k: [None if v != v else v for v in values] for k, values in behaviour.items()},
+                      sort_keys=True, allow_nan=False)
 
 
 class _Transaction:
