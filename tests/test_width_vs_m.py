@@ -126,28 +126,29 @@ def test_pairs_not_reached_are_left_out_and_too_few_points_is_said():
     assert width.fit_slope(M, w)["n"] == 19
     few = width.fit_slope([4, 4, 8, 8], [1.0, 2.0, 3.0, 4.0])
     assert few["status"] == "too few points" and few["slope"] is None and "distinct M" in few["reason"]
-    assert width.verdict(few, 1.9)["call"] == "undetermined"
+    assert width.verdict(few, 1.9)["short"] == "inconclusive (too few points)"
 
 
-def test_the_verdict_reads_the_interval_against_the_baselines_alone():
+def test_the_verdict_names_the_bounds_its_interval_establishes_against_the_baselines():
     memo = width.curve_slope(MS, [width.memorisation_units(M, 2, 4) for M in MS])
     assert 1.8 < memo < 2.0  # H·Σ C(M,k) over M 4–32 at K = 2: below K at finite M
     calls = {}
     for beta in (-1.0, 0.5, 1.0, 1.45, 2.5):
         M, w = planted(beta, 0.05, 1)
-        calls[beta] = width.verdict(width.fit_slope(M, w), memo)
-    assert calls[0.5]["call"] == "construction-like" and not calls[0.5]["excludes_linear"]
-    # A w* that shrinks with M is limited by something else at small M: not "construction-like".
-    assert calls[-1.0]["call"] == "falls with M" and "something other" in calls[-1.0]["text"]
-    assert calls[2.5]["call"] == "memorising" and calls[2.5]["excludes_linear"]
-    assert calls[1.45]["call"] == "in between"
-    # A slope of exactly 1: its interval straddles 1, so it is undetermined, memorisation excluded.
-    assert calls[1.0]["call"] == "undetermined" and calls[1.0]["excludes_memorising"]
-    assert calls[1.0]["short"] == "undetermined (memorisation excluded)"
-    # A wide interval excludes neither.
+        calls[beta] = width.verdict(width.fit_slope(M, w), memo, memo / 2)
+    s = f"{memo / 2:.2f}"
+    assert calls[0.5]["short"] == f"0 < slope < {s} at 95%" and calls[0.5]["excludes_sqrt_memorising"]
+    # A w* that shrinks with M is limited by something else at small M.
+    assert calls[-1.0]["short"] == "slope < 0 at 95%" and "something other" in calls[-1.0]["text"]
+    assert calls[2.5]["short"] == f"{memo:.2f} < slope at 95%" and calls[2.5]["excludes_linear"]
+    assert calls[1.45]["short"] == f"1 < slope < {memo:.2f} at 95%"
+    # A slope of exactly 1 ([0.967, 1.003]): above the √-memoriser's 0.96, but 1 is inside.
+    assert calls[1.0]["short"] == f"{s} < slope < {memo:.2f} at 95%"
+    assert calls[1.0]["excludes_memorising"] and not calls[1.0]["excludes_linear"]
+    # A wide interval excludes none of them.
     M, w = planted(1.5, 2.0, 3, seeds=1)
-    wide = width.verdict(width.fit_slope(M, w), memo)
-    assert wide["short"] == "undetermined (neither excluded)"
+    wide = width.verdict(width.fit_slope(M, w), memo, memo / 2)
+    assert wide["call"] == "inconclusive" and wide["short"].startswith("inconclusive (contains 0, ")
 
 
 # ----------------------------------------------------------------------------- the baselines
@@ -221,11 +222,15 @@ def test_the_analysis_finds_the_planted_w_star_per_m_and_each_depths_slope():
         assert r["seeds"] == 3 and r["kind"] == "95% t-interval on log w over seeds"
         assert r["lo"] <= r["mean"] <= r["hi"]
         assert r["mean"] == pytest.approx(r["M"], rel=0.2)  # c = 1, beta = 1, small noise
-    assert rows[2]["fit"]["lo"] <= 1.0 <= rows[2]["fit"]["hi"] and rows[2]["fit"]["n"] == 21
-    assert rows[2]["verdict"]["short"] == "undetermined (memorisation excluded)"
+    # One point per M (the seeds' geometric mean): 7 points, n − 2 = 5 degrees of freedom.
+    assert rows[2]["fit"]["lo"] <= 1.0 <= rows[2]["fit"]["hi"] and rows[2]["fit"]["n"] == 7
+    means = [r["mean"] for r in rows[2]["per_M"]]
+    assert rows[2]["fit"]["slope"] == pytest.approx(stats.linregress(np.log(MS), np.log(means)).slope)
+    memo = rows[2]["memorisation_slope"]
+    assert rows[2]["verdict"]["short"] == f"0 < slope < {memo:.2f} at 95%"  # 1 and memo / 2 are inside
     # Depth 4's w* = 0.05·M^2.5 is below the ladder (w* < 2) at the smallest M: left out of the fit.
     assert rows[4]["per_M"][0]["upper_bound"] and rows[4]["fit"]["Ms"][0] > 4
-    assert rows[4]["verdict"]["call"] == "memorising"
+    assert rows[4]["verdict"]["short"] == f"{rows[4]['memorisation_slope']:.2f} < slope at 95%"
     fitted = rows[4]["fit"]["Ms"]
     assert rows[4]["memorisation_slope"] == pytest.approx(
         width.curve_slope(fitted, [width.memorisation_units(M, 2, 4) for M in fitted]))
@@ -234,7 +239,7 @@ def test_the_analysis_finds_the_planted_w_star_per_m_and_each_depths_slope():
     assert c["per_M"][0]["total"] == width.construction_units(4, 4, 4, 2, 0.5 * math.sqrt(0.05), 3.0)["total"]
     assert 0 < c["slope"] < 0.1 and a["tasks"] == []
     text = width.format_analysis(a)
-    assert "| held-out R² ≥ 0.95 | 4 | 0.25 |" in text and "memorising" in text
+    assert "| held-out R² ≥ 0.95 | 4 | 0.25 |" in text and "< slope at 95%" in text
     json.dumps(a, allow_nan=False)
 
 
@@ -365,8 +370,9 @@ def test_the_report_and_figure_of_a_hand_made_store_show_the_planted_w_star(here
         w = by[(0.25, depth, "held-out R² ≥ 0.95")]
         assert [r["mean"] for r in w["per_M"]] == pytest.approx([c * M**beta for M in (3, 4, 6)], rel=1e-9)
         assert w["fit"]["slope"] == pytest.approx(beta, abs=1e-9) and w["fit"]["n"] == 3
-    assert by[(0.25, 2, "held-out R² ≥ 0.95")]["verdict"]["call"] == "in between"  # 1 < 1.5 < 1.81
-    assert by[(0.25, 4, "held-out R² ≥ 0.95")]["verdict"]["call"] == "construction-like"
+    assert by[(0.25, 2, "held-out R² ≥ 0.95")]["verdict"]["short"] == "1 < slope < 1.81 at 95%"  # β = 1.5
+    sqrt_memo = by[(0.25, 4, "held-out R² ≥ 0.95")]["sqrt_memorisation_slope"]  # 0.90 over M 3–6
+    assert by[(0.25, 4, "held-out R² ≥ 0.95")]["verdict"]["short"] == f"0 < slope < {sqrt_memo:.2f} at 95%"
     assert by[(0.25, 2, "held-out R² ≥ 0.99")]["per_M"][-1]["status"] == "not reached by 1 of 1 seeds"
     # `report` prints it below the effects table, and --json carries it.
     assert study.main(["report", STUDY, "--scale", "smoke"]) == 0

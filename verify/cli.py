@@ -30,7 +30,6 @@ import traceback
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
-
 EXIT_OK, EXIT_VIOLATED, EXIT_USAGE, EXIT_INTERNAL, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 GIB = 2**30
 # Seeds feed numpy's SeedSequence and torch.manual_seed, and the code derives seed + 1, + 2,

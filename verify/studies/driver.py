@@ -345,8 +345,8 @@ NOT_RESULT_CODE = {
     "verify.studies.effects": "verify.sgd uses it only to average several seeds on its own command line",
     "verify.studies.driver": "the driver: what it passes a run is the configuration or a runtime setting",
     "verify.studies.store": "where results are kept, not how they are made",
-    "verify.studies.behaviour": "judges whether the installed code reproduces a stored run's behaviour record; "
-                                "it makes no result",
+    "verify.studies.behaviour": "judges whether the installed code reproduces a stored run's behaviour "
+                                "record; it makes no result",
     "verify.images.results": "the analysis record's layout and provenance, not its numbers",
     "verify.images.study": "the image study's report (analyse's `report` command uses its statistics): it "
                            "reads results, it makes none",

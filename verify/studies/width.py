@@ -12,15 +12,18 @@ study's runs (a ladder of MLP widths at each M) this module computes:
   and its first crossing used;
 - per M, each seed's w*, their geometric mean, and an interval over seeds (min–max for one
   or two seeds, a 95% t-interval on log w* for three or more: `seed_interval` says which);
-- the slope of log w* on log M by least squares over every (seed, M) whose w* was reached,
-  with its 95% interval (t, n − 2 degrees of freedom: `fit_slope`);
+- the slope of log w* on log M by least squares over the seed means: one point per M whose
+  every seed reached w* (`_fit_of`), with its 95% interval (t, n_M − 2 degrees of freedom:
+  `fit_slope`), so seeds of one M are not counted as independent points;
 - the construction's hidden units at a matched ε, its 1/√ε-term and its M-term apart
-  (`construction_units`), and the memoriser's, with their slopes over the same M;
-- a verdict (`verdict`) fixed by the baselines alone, never by the data: the whole interval
-  at or below 1 (the construction's M-term) is "construction-like", at or above the
-  memoriser's own slope over the same M (below K at finite M, → K) "memorising", strictly
-  between them "in between", otherwise "undetermined", saying which bound it excludes (a
-  slope of exactly 1 reads "undetermined (memorisation excluded)": its interval straddles 1);
+  (`construction_units`), and two memorisers with their slopes over the same M: one unit
+  per (task, teacher unit), width ∝ tasks (→ K), and one whose weights, ∝ width² at a fixed
+  depth, grow like the tasks, width ∝ √tasks (half that slope, → K/2: about 1 at K = 2, so
+  a slope below 1 alone does not exclude memorisation);
+- a verdict (`verdict`) named by the test it rests on: where the 95% interval lies against
+  0, 1, the √-memoriser's and the memoriser's slopes (e.g. "slope < 0.97 at 95%"; the
+  reference values come from the baselines alone, never from the data), "inconclusive"
+  when it excludes none;
 - the same for the training tasks n*(M) SGD needs at the widest rung of each depth, when the
   runs vary the held-out fraction there, beside M and all tasks Σ C(M, k) (`analyse`);
 - for each w*, whether the runs on the rungs that set it trained to R² 0.99 (a width that
@@ -224,55 +227,56 @@ def curve_slope(M, values) -> float | None:
     return float(np.polyfit(np.log(np.asarray(M, float)), np.log(np.asarray(values, float)), 1)[0])
 
 
-def verdict(fit: dict, memorising_slope: float, linear_slope: float = 1.0, *,
-            what: str = "w*", linear: str = "construction-like", memorising: str = "memorising") -> dict:
-    """Which the slope's interval supports: all of it at or below `linear_slope` (the
-    construction's M-term: `linear`), all at or above `memorising_slope` (the memoriser's slope
-    over the same M: `memorising`), all strictly between ("in between"), else "undetermined",
-    with which bound the interval excludes (`excludes_linear`: lo > linear_slope;
-    `excludes_memorising`: hi < memorising_slope). A slope of exactly 1 thus reads
-    "undetermined, memorisation excluded": no finite sample puts it at or below 1. The bounds
-    come from the baselines alone, never from the data. An interval entirely below 0 is "falls
-    with M" instead of "construction-like": the quantity is then limited by something else at
-    the smaller M. `short`: the call for a table cell."""
+def verdict(fit: dict, memorising_slope: float, sqrt_slope: float | None = None, *, what: str = "w*",
+            memoriser: str = "memoriser") -> dict:
+    """What the slope's interval establishes at its level, named by the test (verify.studies.
+    verdicts.interval_side): against 0, 1 (linear in M), the √-memoriser's slope `sqrt_slope`
+    (a network whose parameters, ∝ width², grow like the tasks: width ∝ √tasks) and the
+    `memoriser`'s own slope over the same M (one unit per task: width ∝ tasks). `short` gives
+    the tightest bounds established, e.g. "slope < 0.97 at 95%" or "1 < slope < 1.93 at 95%";
+    "inconclusive" when the interval excludes none of them. The reference values come from the
+    baselines alone, never from the data. An interval below 0 means something other than this
+    resource limits the smaller M (`text` says so). Flags: `excludes_linear` (lo > 1),
+    `excludes_memorising` (hi < memorising_slope), `excludes_sqrt_memorising` (hi < sqrt_slope)."""
+    from verify.studies.verdicts import INCONCLUSIVE, interval_side
+
     if fit["status"] != "fitted":
         reason = fit.get("reason", fit["status"])
-        return dict(call="undetermined", short="undetermined (too few points)", excludes_linear=None,
-                    excludes_memorising=None, text=f"undetermined: {reason}")
+        return dict(call=INCONCLUSIVE, short="inconclusive (too few points)", excludes_linear=None,
+                    excludes_memorising=None, excludes_sqrt_memorising=None,
+                    text=f"inconclusive: {reason}")
     lo, hi = fit["lo"], fit["hi"]
-    flags = dict(excludes_linear=bool(lo > linear_slope), excludes_memorising=bool(hi < memorising_slope))
-    span = f"slope {fit['slope']:.2f}, {fit['confidence']:.0%} interval [{lo:.2f}, {hi:.2f}]"
-    if hi < 0:
-        # Less of the resource at more modules: not a size a network needs for M modules, but a
-        # sign that something else limits the smaller M (at a fixed held-out fraction, the
-        # training tasks, which grow with M). Calling it "construction-like" would mislead.
-        return flags | dict(call="falls with M", short="falls with M",
-                            text=f"falls with M: {span} < 0; {what} shrinks as M grows, so something other "
-                                 f"than this resource limits the smaller M (at a fixed held-out fraction, "
-                                 "the training tasks, which grow with M)")
-    if hi <= linear_slope:
-        return flags | dict(call=linear, short=linear,
-                            text=f"{linear}: {span} ≤ {linear_slope:g}; {what} grows no faster than linearly "
-                                 "in M, as the construction's M-term")
-    if lo >= memorising_slope:
-        return flags | dict(call=memorising, short=memorising,
-                            text=f"{memorising}: {span} ≥ {memorising_slope:.2f}, the memoriser's slope over "
-                                 "these M")
-    if flags["excludes_linear"] and flags["excludes_memorising"]:
-        return flags | dict(call="in between", short="in between",
-                            text=f"in between: {span}, above {linear_slope:g} and below the memoriser's "
-                                 f"{memorising_slope:.2f}")
-    if flags["excludes_memorising"]:
-        why, short = (f"contains {linear_slope:g}; memorisation ({memorising_slope:.2f}) excluded",
-                      "memorisation excluded")
-    elif flags["excludes_linear"]:
-        why, short = (f"contains the memoriser's {memorising_slope:.2f}; linear ({linear_slope:g}) excluded",
-                      "linear excluded")
-    else:
-        why, short = (f"contains both {linear_slope:g} and the memoriser's {memorising_slope:.2f}",
-                      "neither excluded")
-    return flags | dict(call="undetermined", short=f"undetermined ({short})",
-                        text=f"undetermined: {span} {why}")
+    refs = [("0", 0.0), ("linear in M", 1.0), (f"the {memoriser}", memorising_slope)]
+    if sqrt_slope is not None:
+        refs.insert(1, (f"the √-{memoriser}", sqrt_slope))
+    sides = {name: interval_side(lo, hi, value) for name, value in refs}
+    below = [(name, v) for name, v in refs if sides[name].startswith("<")]
+    above = [(name, v) for name, v in refs if sides[name].startswith(">")]
+    flags = dict(excludes_linear=bool(lo > 1.0), excludes_memorising=bool(hi < memorising_slope),
+                 excludes_sqrt_memorising=None if sqrt_slope is None else bool(hi < sqrt_slope))
+    pct = f"{fit['confidence']:.0%}"
+    span = f"slope {fit['slope']:.2f}, {pct} interval [{lo:.2f}, {hi:.2f}]"
+    def num(v: float) -> str:  # 0 and 1 exactly, a baseline's slope to 2 decimals
+        return f"{v:g}" if v in (0.0, 1.0) else f"{v:.2f}"
+
+    def named(name: str, v: float) -> str:
+        return name if name == num(v) else f"{name} ({num(v)})"
+
+    if not below and not above:
+        inside = [(name, v) for name, v in refs if lo <= v <= hi]
+        short = f"inconclusive (contains {', '.join(num(v) for _, v in inside)})"
+        return flags | dict(call=INCONCLUSIVE, short=short,
+                            text=f"inconclusive: {span} contains " + ", ".join(named(*r) for r in inside))
+    low = max(above, key=lambda r: r[1]) if above else None
+    high = min(below, key=lambda r: r[1]) if below else None
+    short = " < ".join([*([num(low[1])] if low else []), "slope", *([num(high[1])] if high else [])])
+    short += f" at {pct}"
+    sides_text = "; ".join([*(f"above {named(*r)}" for r in above), *(f"below {named(*r)}" for r in below)])
+    text = f"{short}: {span}, {sides_text}"
+    if hi < 0:  # less of the resource at more modules: another resource limits the smaller M
+        text += (f"; {what} shrinks as M grows, so something other than this resource limits the smaller "
+                 "M (at a fixed held-out fraction, the training tasks, which grow with M)")
+    return flags | dict(call=short, short=short, text=text)
 
 
 # ----------------------------------------------------------------------------- baselines
@@ -401,8 +405,11 @@ def _count_unconverged(rows: list[dict]) -> int | None:
 
 
 def _fit_of(rows: list[dict]) -> dict:
-    """The slope over every (seed, M) whose value was reached on the ladder (not an upper bound)."""
-    pairs = [(r["M"], n["width"]) for r in rows for n in r["per_seed"].values() if n["status"] == REACHED]
+    """The slope over the M whose every seed reached the value on the ladder (not an upper
+    bound): one point per M, its geometric mean over seeds, so the interval's n − 2 degrees
+    of freedom count values of M, and the seeds' spread is in the residuals (seeds of one M
+    are not independent points of the fit)."""
+    pairs = [(r["M"], r["mean"]) for r in rows if r["mean"] is not None and r.get("status") == REACHED]
     return fit_slope([m for m, _ in pairs], [w for _, w in pairs])
 
 
@@ -486,8 +493,13 @@ def analyse(points: list[dict], criteria=CRITERIA, norms: dict[int, float] | Non
             construction.append(dict(criterion=c.label, eps=eps, per_M=per_M,
                                      slope=curve_slope(Ms, [u["total"] for u in per_M]),
                                      M_term_slope=curve_slope(Ms, Ms)))
-    memorisation = dict(per_M=[dict(M=M, units=memorisation_units(M, K, H)) for M in Ms], asymptotic_slope=K)
+    # Two memorisers: one unit per (task, teacher unit), width ∝ tasks; and one whose weights,
+    # ∝ width² at a fixed depth, hold as many numbers: width ∝ √tasks, half the slope.
+    memorisation = dict(per_M=[dict(M=M, units=memorisation_units(M, K, H),
+                                    sqrt_width=math.sqrt(memorisation_units(M, K, H))) for M in Ms],
+                        asymptotic_slope=K, sqrt_asymptotic_slope=K / 2)
     memorisation["slope"] = curve_slope(Ms, [u["units"] for u in memorisation["per_M"]])
+    memorisation["sqrt_slope"] = curve_slope(Ms, [u["sqrt_width"] for u in memorisation["per_M"]])
 
     def memo_slope(fit):
         over = fit["Ms"] if fit["status"] == "fitted" else Ms
@@ -518,7 +530,7 @@ def analyse(points: list[dict], criteria=CRITERIA, norms: dict[int, float] | Non
                                    threshold=c.threshold, per_M=rows, fit=fit,
                                    unconverged=_count_unconverged(rows),
                                    construction_slope=constr_slope(fit, i), memorisation_slope=memo,
-                                   verdict=verdict(fit, memo)))
+                                   sqrt_memorisation_slope=memo / 2, verdict=verdict(fit, memo, memo / 2)))
 
     tasks = []
     by_n = _ladders(points, "n_train")
@@ -536,8 +548,7 @@ def analyse(points: list[dict], criteria=CRITERIA, norms: dict[int, float] | Non
                               threshold=c.threshold, per_M=rows, fit=fit, all_tasks_slope=all_slope,
                               unconverged=_count_unconverged(rows),
                               all_tasks=[dict(M=M, tasks=n_tasks(M, K)) for M in Ms],
-                              verdict=verdict(fit, all_slope, what="n*", linear="linear in M",
-                                              memorising="a fixed share of all tasks")))
+                              verdict=verdict(fit, all_slope, what="n*", memoriser="all tasks")))
     if not tasks:
         notes.append("training tasks needed: the runs vary no held-out fraction at a fixed width and M")
 
@@ -557,9 +568,9 @@ def analyse(points: list[dict], criteria=CRITERIA, norms: dict[int, float] | Non
         notes.append(f"{len(unconverged)} of {len(points)} runs did not converge (training R² < "
                      f"{converged_r2}); column `unconverged`: how many w* rest on such a run (the rungs "
                      "that set it), where the width may stand in for too few steps")
-    notes.append("w*: width of each of the `depth` hidden layers; the fit uses every (seed, M) whose w* was "
-                 "reached inside the ladder (not an upper bound); the construction and the memoriser are "
-                 "hidden units in all")
+    notes.append("w*: width of each of the `depth` hidden layers; the fit uses each M's geometric mean over "
+                 "seeds where every seed reached w* inside the ladder (not an upper bound); the construction "
+                 "and the memoriser are hidden units in all, the √-memoriser a width")
     return dict(runs=len(points), steps=steps, longer_run_check=check, teacher=dict(I=I, H=H, O=O, K=K),
                 Ms=Ms, seeds=seeds,
                 criteria=[dict(metric=c.metric, threshold=c.threshold, label=c.label,
@@ -629,18 +640,20 @@ def format_analysis(a: dict) -> str:
     lines += [f"teacher I = {t['I']}, H = {t['H']}, O = {t['O']}, K = {K}; M = {', '.join(map(str, Ms))}; "
               f"seeds {', '.join(map(str, a['seeds']))}; {a['runs']} runs. w*: the width of each hidden "
               "layer at which the held-out metric reaches the threshold (linear in log width between two "
-              "rungs, never extrapolated). Slopes: log w* on log M, 95% CI (t, n − 2 dof), over every "
-              "(seed, M) reached; the baselines' over the same M (construction: hidden units at the "
-              f"matched ε; memoriser: H·Σ C(M,k), → {K}).", "",
-              "| w* of | depth | held out | slope [95% CI] (points) | construction | memoriser | verdict | "
-              "unconverged |", "|---|---|---|---|---|---|---|---|"]
+              "rungs, never extrapolated). Slopes: log w* on log M over each M's geometric mean over "
+              "seeds (where every seed reached it), 95% CI (t, n_M − 2 dof); the baselines' over the same "
+              "M (construction: hidden units at the matched ε; memoriser: H·Σ C(M,k), width ∝ tasks, "
+              f"→ {K}; √-memoriser: width ∝ √tasks, → {K / 2:g}).", "",
+              "| w* of | depth | held out | slope [95% CI] (points) | construction | √-memoriser | memoriser "
+              "| verdict | unconverged |", "|---|---|---|---|---|---|---|---|---|"]
     for w in a["widths"]:
         lines.append(f"| {w['criterion']} | {w['depth']} | {w['held_out']:g} | {_slope_cell(w['fit'])} | "
-                     f"{_slope(w['construction_slope'])} | {_slope(w['memorisation_slope'])} | "
-                     f"{w['verdict']['short']} | {_unconverged_cell(w['unconverged'])} |")
+                     f"{_slope(w['construction_slope'])} | {_slope(w['sqrt_memorisation_slope'])} | "
+                     f"{_slope(w['memorisation_slope'])} | {w['verdict']['short']} | "
+                     f"{_unconverged_cell(w['unconverged'])} |")
     for w in a["tasks"]:
         lines.append(f"| training tasks n*: {w['criterion']} | {w['depth']}×{w['width']} | varied | "
-                     f"{_slope_cell(w['fit'])} | M: 1 | all tasks: {_slope(w['all_tasks_slope'])} | "
+                     f"{_slope_cell(w['fit'])} | M: 1 | — | all tasks: {_slope(w['all_tasks_slope'])} | "
                      f"{w['verdict']['short']} | {w['unconverged']} |")
     memo = {u["M"]: u["units"] for u in a["memorisation"]["per_M"]}
     lines += ["", "Hidden units of the baselines: the construction's 2·I·H·N (1/√ε-term, the same at every "
@@ -652,6 +665,8 @@ def format_analysis(a: dict) -> str:
                      + f" | {_slope(c['slope'])} |")
     lines.append("| memoriser | " + " | ".join(str(memo[M]) for M in Ms)
                  + f" | {_slope(a['memorisation']['slope'])} |")
+    sqrt_widths = " | ".join(f"{u['sqrt_width']:.1f}" for u in a["memorisation"]["per_M"])
+    lines.append(f"| √-memoriser (width) | {sqrt_widths} | {_slope(a['memorisation']['sqrt_slope'])} |")
     for held_out in sorted({w["held_out"] for w in a["widths"]}):
         rows = [(f"{w['criterion']}, depth {w['depth']}", w["per_M"]) for w in a["widths"]
                 if w["held_out"] == held_out]
