@@ -422,3 +422,58 @@ def test_the_smoke_study_runs_end_to_end_then_report_and_figure_read_it(here, ca
     assert sorted(p.suffix for p in result.files) == [".csv", ".json", ".pdf", ".png"]
     assert json.loads((here / "fig" / f"{fig11.NAME}.json").read_text())["runs"] == {
         STUDY: dict(done=36, failed=0)}
+
+
+# ----------------------------------------------------------------------------- censored n*
+
+RUNGS = [2.0**k for k in range(1, 8)]  # a ladder 2–128
+
+
+def on_ladder(v: float) -> tuple[float, float]:
+    """Where a ladder of RUNGS puts a value: its bracket, (0, 2] below, (128, ∞) above."""
+    if v <= RUNGS[0]:
+        return (0.0, RUNGS[0])
+    if v > RUNGS[-1]:
+        return (RUNGS[-1], math.inf)
+    i = next(i for i, r in enumerate(RUNGS) if r >= v)
+    return (RUNGS[i - 1], RUNGS[i])
+
+
+def test_the_censored_fit_is_the_t_interval_when_nothing_is_censored():
+    rng = np.random.default_rng(0)
+    M = np.repeat(MS, 3)
+    v = 2 * M**1.5 * np.exp(rng.normal(0, 0.2, len(M)))
+    fit = width.censored_slope(M, [(x * (1 - 1e-3), x * (1 + 1e-3)) for x in v])  # narrow: ~ exact
+    ols = width.fit_slope(M, v)
+    for k in ("slope", "lo", "hi"):
+        assert fit[k] == pytest.approx(ols[k], rel=1e-6), k
+    assert fit["censored"] == 0 and fit["sigma"] == pytest.approx(
+        math.sqrt(np.sum((np.log(v) - ols["intercept"] - ols["slope"] * np.log(M)) ** 2) / len(v)), rel=1e-4)
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_seeds_that_never_reach_bias_a_fit_that_drops_them_and_not_the_censored_one(seed):
+    """A planted slope of 1.5 on a ladder that ends at 128: about a third of the seeds never
+    reach it (the large M's and the unlucky). Dropping them, as the fit before issue 32 did,
+    leaves the lucky ones and a slope whose interval excludes 1.5; the censored fit covers it."""
+    rng = np.random.default_rng(seed)
+    M = np.repeat(MS, 20)
+    observed = [on_ladder(x) for x in 2 * M**1.5 * np.exp(rng.normal(0, 0.4, len(M)))]
+    fit = width.censored_slope(M, observed)
+    assert fit["status"] == "fitted" and fit["censored"] > 40
+    assert fit["lo"] <= 1.5 <= fit["hi"]
+    kept = [(m, math.sqrt(a * b)) for m, (a, b) in zip(M, observed, strict=True)
+            if a > 0 and math.isfinite(b)]
+    dropped = width.fit_slope([m for m, _ in kept], [w for _, w in kept])
+    assert dropped["hi"] < 1.5
+
+
+def test_the_censored_fit_says_too_few_points_and_when_the_intervals_do_not_pin_the_slope():
+    assert width.censored_slope([4, 8], [(2, 4), (4, 8)])["status"] == "too few points"
+    # Any slope above ~5 meets all four intervals exactly: σ → 0 and the slope is not pinned.
+    loose = width.censored_slope([4, 4, 8, 16], [(2, 4), (2, 4), (128, math.inf), (128, math.inf)])
+    assert loose["status"] == "not identified" and loose["slope"] is None
+    assert width.verdict(loose, 1.9)["short"] == "inconclusive (not identified)"
+    # One censored point among pinned ones: fitted, with a wide interval.
+    few = width.censored_slope([4, 8, 16, 32], [(2, 4), (4, 8), (8, 16), (128, math.inf)])
+    assert few["status"] == "fitted" and few["lo"] < few["slope"] < few["hi"] and few["censored"] == 1
