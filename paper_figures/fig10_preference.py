@@ -108,6 +108,18 @@ def compute(quick: bool, progress: bool | None) -> tuple[list[dict], dict]:
     return rows, meta
 
 
+def deviation_note(meta: dict) -> str:
+    """The suptitle's line of what the drawn scales change from the paper's setup: what every
+    drawn study shares (e.g. the objects in the grid), and where the rest is (the JSON lists
+    each study's `deviations`, its effects table prints them)."""
+    lists = [d for d in meta.get("deviations", {}).values() if d]
+    if not lists:
+        return ""
+    shared = [d for d in lists[0] if all(d in other for other in lists)]
+    return ("\nDeviations from the paper: " + "; ".join(shared) + ("; " if shared else "")
+            + "each study's own in its effects table and this figure's JSON")
+
+
 def _every_title(text: str, meta: dict) -> str:
     """A title for a panel that draws every study: which of them are smoke data."""
     smoke = [KINDS[s] for s, scale in meta["scales"].items() if scale == "smoke"]
@@ -142,7 +154,7 @@ def plot(rows: list[dict], meta: dict):
         if axis is not cx:
             axis.legend(fontsize=7.5, loc="best")
     fig.suptitle("The preference grid's sweeps as studies: held-out acc_all (every step of the episode "
-                 "right), mean ± sd over seeds" + stale_note(meta), fontsize=10)
+                 "right), mean ± sd over seeds" + deviation_note(meta) + stale_note(meta), fontsize=10)
     return fig
 
 

@@ -102,8 +102,12 @@ def convergence_rows(tables: dict, panel: str, train: str) -> list[dict]:
 
 def study_meta(tables: dict) -> dict:
     """What a studies figure's JSON says of its stores, per study: the scale read, the runs
-    done and failed, the table's notes, and how many runs other or unknown code made."""
+    done and failed, the table's notes, how many runs other or unknown code made, and what
+    each study's scale changes from the paper's setup (its study file's `deviations`)."""
+    from verify.studies.driver import study_deviations
+
     return dict(checks={}, scales={s: t["scale"] for s, t in tables.items()},
+                deviations={s: study_deviations(s, t["scale"]) for s, t in tables.items()},
                 runs={s: dict(done=t["runs_done"], failed=t["runs_failed"]) for s, t in tables.items()},
                 notes={s: t["notes"] for s, t in tables.items()}, code_fingerprint=code_fingerprint(),
                 code={s: dict(other=t["runs_other_code"], unknown=t["runs_unknown_code"], done=t["runs_done"])

@@ -347,3 +347,17 @@ def test_a_mixed_store_compares_each_family_only_with_its_own_random_support(tmp
     assert pref["split"] == "non_compositional" and "effect_vs_random" not in pref and "agrees" not in pref
     hyper = next(r for r in alone["rows"] if r["family"] == "hyperteacher" and r["split"] != "random")
     assert hyper["effect_vs_random"] == "-0.450 (not testable)"
+
+
+def test_a_scales_deviations_from_the_paper_stand_in_its_effects_table_and_figure_json(tmp_path):
+    stored(tmp_path, [(dict(family="preference", F=16, split="random", seed=s), preference(0.995, 0.9, 0.8))
+                      for s in (1, 2)])
+    cpu = effects_table("task-support-preference", "cpu", tmp_path)["notes"]
+    assert "deviation from the paper at this scale: 2 objects in the grid (the paper's 4)" in cpu
+    assert not any(n.startswith("deviation") for n in effects_table("task-support-preference", "paper",
+                                                                   tmp_path)["notes"])
+    from paper_figures.fig9_studies import study_meta
+
+    meta = study_meta({"task-support-preference": effects_table("task-support-preference", "cpu", tmp_path)})
+    assert meta["deviations"]["task-support-preference"] == study.study_deviations("task-support-preference",
+                                                                                   "cpu")

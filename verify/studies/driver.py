@@ -192,6 +192,21 @@ def study_plan(name: str, *, missing_ok: bool = False):
     return _plan_of(_study_yaml(path), path)
 
 
+def study_deviations(name: str, scale: str) -> list[str]:
+    """What a study's scale changes from the paper's setup (its `deviations:` list under the
+    scale), stated beside every result it touches: the effects table's notes, the figures'
+    titles. [] for the paper scale, or a study with no file."""
+    try:
+        study = _study_yaml(study_file(name))
+    except UsageError:
+        return []
+    block = (study.get("scales") or {}).get(scale) or {}
+    found = block.get("deviations") or []
+    if not isinstance(found, list) or not all(isinstance(d, str) for d in found):
+        raise UsageError(f"{name}: `deviations` under scale {scale} must be a list of sentences")
+    return found
+
+
 def _plan_of(study: dict, path: Path):
     from verify.studies import verdicts
 

@@ -169,6 +169,9 @@ def effects_table(study: str, scale: str, out: Path, keys: set[str] | None = Non
             row["paper_held_out_r2"] = PAPER_ENCODING.get(row["family"], {}).get(row["encoding"])
         notes.append("paper_held_out_r2: the paper's held-out R² for the encoding (hyperteacher, M = 16, "
                      "K = 3, 4×1024 MLP, 300k steps)")
+    from verify.studies.driver import study_deviations
+
+    notes += [f"deviation from the paper at this scale: {d}" for d in study_deviations(study, scale)]
     if "split" in varying:
         _support_effects(rows, notes, plan, seed_values)
     unconverged = sum(not r["converged"] for r in rows)
