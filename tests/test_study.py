@@ -51,10 +51,14 @@ def tiny_study(tmp_path, held_out="[0.25]", seeds="[1, 2]", steps=5, name="tiny.
 
 @pytest.mark.parametrize("name", sorted(PAPER_RUNS))
 def test_every_study_has_the_official_grid_and_three_scales(name):
-    assert len(study.expand(name, "paper")[1]) == PAPER_RUNS[name]
+    """The cpu and smoke scales are reductions of the paper's grid in training steps summed
+    over runs; a scale may run more seeds than the paper's 3 where its power calculation asks
+    for them (task-support's cpu scale: 5)."""
+    paper = study.expand(name, "paper")[1]
+    assert len(paper) == PAPER_RUNS[name]
     for scale in ("cpu", "smoke"):
         _, runs = study.expand(name, scale)
-        assert 0 < len(runs) < PAPER_RUNS[name]
+        assert 0 < len(runs) and sum(r.config["steps"] for r in runs) < sum(r.config["steps"] for r in paper)
         assert len({r.key for r in runs}) == len(runs)
 
 
