@@ -29,8 +29,8 @@ with the study's `Plan`, to `judge`. `judge`
 Seeds by power (`seeds_needed`): the seeds per arm at which the difference test detects a
 stated effect, or the TOST establishes the margin when the truth is 0, with the plan's power
 at level α/m, m the family's size (Bonferroni's level: Holm's strictest step, so the power
-holds after the correction), from the seed sd measured so far. `power_table` gives it per
-claim for a study file's comment.
+holds after the correction), from the seed sd measured so far. `power_rows` gives it per
+claim, and `notes` prints it under a report (the study files quote it beside their seeds).
 
 A zero sd in both arms (every seed the same number, e.g. accuracy 1.0) makes the standard
 error 0: a nonzero difference is then an effect (p = 0) and a zero one an equivalence under
@@ -42,7 +42,7 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -177,10 +177,9 @@ class Verdict:
     p_equivalence: float | None = None
     p_equivalence_holm: float | None = None
     mde: float | None = None  # the effect detected with the plan's power at α/m, this se and df
-    extra: dict = field(default_factory=dict)
 
     def as_dict(self) -> dict:
-        return {k: v for k, v in vars(self).items() if k != "extra"} | self.extra
+        return dict(vars(self))
 
 
 def _moments(test: str, a: np.ndarray, b: np.ndarray) -> tuple[float, float, float]:
