@@ -571,3 +571,29 @@ def test_the_folders_a_run_makes_in_a_working_folder_do_not_hide_the_installed_p
     proc = subprocess.run([sys.executable, "-m", "paper_figures", "--help"], cwd=tmp_path,
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0 and proc.stdout.startswith("usage: python -m paper_figures"), proc.stderr
+
+
+def test_run_all_runs_every_study_in_turn_and_resumes_where_each_store_stopped(tmp_path, monkeypatch, capsys):
+    """One command for a scale's whole evidence: each study into its own folder under the
+    working folder; a second invocation runs nothing that is done."""
+    monkeypatch.chdir(tmp_path)
+    names = [tiny_study(tmp_path, seeds="[1]", name="one.yaml"), tiny_study(tmp_path, seeds="[1, 2]",
+                                                                            name="two.yaml")]
+    monkeypatch.setattr(study, "study_names", lambda: names)
+    argv = ["run", "all", "--scale", "paper", "--engine", "serial", "--no-progress", "--json"]
+    def summaries(text: str) -> list[dict]:  # one JSON summary per study, one after another
+        out, at, decoder = [], 0, json.JSONDecoder()
+        while text[at:].strip():
+            value, at = decoder.raw_decode(text, at + len(text[at:]) - len(text[at:].lstrip()))
+            out.append(value)
+        return out
+
+    assert study.main(argv) == 0
+    first = summaries(capsys.readouterr().out)
+    assert [(s["done"], s["already_done"]) for s in first] == [(1, 0), (2, 0)]
+    for name in ("one", "two"):
+        assert (tmp_path / "verify/studies/results" / name / "paper" / "study.sqlite").is_file()
+    assert study.main(argv) == 0
+    assert [(s["done"], s["already_done"]) for s in summaries(capsys.readouterr().out)] == [(0, 1), (0, 2)]
+    with pytest.raises(study.UsageError, match="--out applies to one study"):
+        study.parse_args(["run", "all", "--out", str(tmp_path / "x"), "--engine", "serial"])

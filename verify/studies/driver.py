@@ -15,7 +15,9 @@ steps and scoring: verify.studies.behaviour). A result made by other code counts
 when its behaviour replays the same with the installed code (a refactor); otherwise it is
 marked as made by other code.
 
-  run STUDY --scale cpu    run every grid point not yet done (one Ray task per run)
+  run STUDY --scale cpu    run every grid point not yet done (one Ray task per run); `run all`
+                           runs every study in turn, so one command regenerates (and resumes)
+                           a scale's whole evidence
   report STUDY             the paper's effects table from the store, without training (the
                            program's own report: verify.images.train's gives the correlation)
   export STUDY             every run as CSV
@@ -894,7 +896,9 @@ def build_parser() -> cli.Parser:
     sub = p.add_subparsers(dest="command", required=True, metavar="{run,report,export,list,record-behaviour}")
 
     def common(sp, scale_default="cpu"):
-        sp.add_argument("study", help=f"a study name ({', '.join(study_names())}) or a .yaml path")
+        sp.add_argument("study", help=f"a study name ({', '.join(study_names())}) or a .yaml path"
+                                      + ("; `all` runs every study in turn (each resumes where its store "
+                                         "stopped)" if sp.prog.endswith(" run") else ""))
         sp.add_argument("--scale", default=scale_default, choices=SCALES,
                         help=f"paper (the official grid and length), cpu (reduced, converges on 2 cores) "
                              f"or smoke (seconds) (default {scale_default})")
@@ -945,11 +949,16 @@ def build_parser() -> cli.Parser:
     return p
 
 
+ALL = "all"  # `run all`: every study in turn, each into its own default folder
+
+
 def parse_args(argv=None):
     args = build_parser().parse_args(sys.argv[1:] if argv is None else list(argv))
     if args.command == "list":
         return args
-    study_file(args.study)
+    every = args.command == "run" and args.study == ALL
+    if not every:
+        study_file(args.study)
     if args.command == "run":
         if args.address and args.engine != "ray":
             raise UsageError("--address applies to --engine ray")
@@ -965,6 +974,17 @@ def parse_args(argv=None):
                                  "serial)") from None
         if args.address:
             check_address(args.address)
+    if every:
+        if args.out or args.pack > 1:
+            raise UsageError(f"{'--out' if args.out else '--pack'} applies to one study; `run all` runs "
+                             "each study alone into its own folder (verify/studies/results/STUDY/SCALE)")
+        args.studies = study_names()
+        for name in args.studies:  # every grid is checked before any run
+            _, runs = expand(name, args.scale)
+            if not PROGRAMS[runs[0].program].sgd_grid and args.checkpoint_minutes is not None:
+                raise UsageError(f"--checkpoint-minutes applies to verify.sgd's studies; {name} runs "
+                                 f"{runs[0].program}")
+        return args
     # report and export read `store` (the working folder's, else the committed one in the
     # package) and write into `out` (always the working folder's, or --out).
     args.store = Path(args.out) if args.out else stored_out(args.study, args.scale)
@@ -990,13 +1010,18 @@ def work(args) -> int:
         return cli.EXIT_OK
     if args.command == "run":
         cli.set_threads(args.threads, 1)
-        summary = run_study(args.study, args.scale, args.out, engine=args.engine, address=args.address,
-                            gpus_per_run=args.gpus_per_run, workers=args.workers,
-                            retry_failed=args.retry_failed, rerun_stale=args.rerun_stale,
-                            progress=False if args.no_progress else None, pack=args.pack,
-                            checkpoint_minutes=args.checkpoint_minutes)
-        cli.emit(cli.to_json(summary) if args.json else format_summary(summary))
-        return cli.EXIT_VIOLATED if summary["violated"] else cli.EXIT_OK
+        violated = False
+        for name in getattr(args, "studies", None) or [args.study]:
+            out = args.out if args.study != ALL else cli.prepare_out_dir(default_out(name, args.scale),
+                                                                         "--out")
+            summary = run_study(name, args.scale, out, engine=args.engine, address=args.address,
+                                gpus_per_run=args.gpus_per_run, workers=args.workers,
+                                retry_failed=args.retry_failed, rerun_stale=args.rerun_stale,
+                                progress=False if args.no_progress else None, pack=args.pack,
+                                checkpoint_minutes=args.checkpoint_minutes)
+            cli.emit(cli.to_json(summary) if args.json else format_summary(summary))
+            violated |= bool(summary["violated"])
+        return cli.EXIT_VIOLATED if violated else cli.EXIT_OK
     program = study_program(args.study)
     if args.command == "record-behaviour":
         counts = behaviour.record_missing(program, args.store / "study.sqlite", code_fingerprint(program),
