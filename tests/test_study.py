@@ -516,7 +516,7 @@ def test_run_writes_under_the_working_folder_and_report_reads_the_committed_stor
     assert hashlib.sha256((shipped / "study.sqlite").read_bytes()).hexdigest() == digest
     assert (shipped / "effects.md").read_text() == shipped_md
     assert study.main(["list"]) == 0
-    assert "cpu 12 (12 done, 0 failed; 12 made by other or unknown code)" in capsys.readouterr().out
+    assert "cpu 30 (12 done, 0 failed; 12 made by other or unknown code)" in capsys.readouterr().out
     # A store in the working folder wins over the committed one.
     run = study.expand("task-support", "cpu")[1][0]
     report = dict(split=dict(n_train=27), construction_within_certificate=True,
