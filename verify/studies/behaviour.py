@@ -101,8 +101,8 @@ class Judge:
     """Each run's code status against the installed code (module docstring), its replays
     cached. `why[key]` says why a run is `other` when a replay says so."""
 
-    def __init__(self, program: str, fingerprint: str, *, replay: bool = True):
-        self.program, self.fingerprint, self.replay = program, fingerprint, replay
+    def __init__(self, program: str, fingerprint: str):
+        self.program, self.fingerprint = program, fingerprint
         self.why: dict[str, str] = {}
         self._cache = None
 
@@ -113,7 +113,7 @@ class Judge:
         if made_by == self.fingerprint:
             return CURRENT
         stored = run.get("behaviour")
-        if not stored or not self.replay or not has_behaviour(self.program):
+        if not stored or not has_behaviour(self.program):
             return OTHER
         if self._cache is None:
             self._cache = _load_cache()
