@@ -15,7 +15,7 @@ from tests.test_pack import same_metrics
 from verify.learning.families import HyperteacherFamily
 from verify.learning.records import lookup
 from verify.studies import driver as study
-from verify.studies.effects import _support_effects, effects_table
+from verify.studies.effects import _claim_effects, effects_table
 from verify.studies.store import RunStore, config_key
 
 # The official grids (sweeps/*_hyperteacher.yaml): 6 K × 4 M × 8 fractions × 3 seeds, and so on.
@@ -246,7 +246,7 @@ def test_support_effects_are_called_against_random_and_a_disagreement_is_reporte
                  family="hyperteacher", effect_metric="held_out_r2") for split, v in values.items()]
     seed_values = {id(r): dict(enumerate(values[r["split"]], 1)) for r in rows}
     notes = []
-    _support_effects(rows, notes, study.study_plan("task-support"), seed_values)
+    _claim_effects(rows, ["split"], notes, study.study_plan("task-support"), seed_values)
     by = {r["split"]: r for r in rows}
     assert by["non_compositional"]["effect_vs_random"] == "-0.150 (hurts)"
     assert by["non_compositional"]["agrees"] == "yes"
@@ -255,6 +255,28 @@ def test_support_effects_are_called_against_random_and_a_disagreement_is_reporte
     assert by["unpopular_modules"]["agrees"] == "NO"  # the paper says rare modules hurt; here they help
     assert "agrees" not in by["random"]
     assert any("paired t-test" in n and "Holm-corrected over the study's 4 tests" in n for n in notes)
+
+
+def test_a_claim_on_another_setting_compares_its_treatment_with_its_control_in_each_cell():
+    """scaling-data's claim (a quarter held out beats three quarters, paired by seed) within
+    each M: the middle fraction is not compared, a cell that lacks its control is skipped, and
+    a drop where the paper claims help is a disagreement."""
+    values = {(8, 0.25): (0.90, 0.91, 0.92), (8, 0.5): (0.85, 0.86, 0.87), (8, 0.75): (0.80, 0.815, 0.83),
+              (16, 0.25): (0.70, 0.71, 0.72), (16, 0.75): (0.80, 0.81, 0.82), (24, 0.25): (0.9, 0.9, 0.9)}
+    rows = [dict(M=M, held_out=h, network="custom", held_out_r2_mean=sum(v) / 3, family="hyperteacher",
+                 effect_metric="held_out_r2") for (M, h), v in values.items()]
+    seed_values = {id(r): dict(enumerate(values[r["M"], r["held_out"]], 1)) for r in rows}
+    notes = []
+    _claim_effects(rows, ["M", "held_out"], notes, study.study_plan("scaling-data"), seed_values)
+    by = {(r["M"], r["held_out"]): r for r in rows}
+    assert by[8, 0.25]["compared_with"] == "held_out 0.75" and by[8, 0.25]["effect"] == "+0.095 (helps)"
+    assert (by[8, 0.25]["paper_effect"], by[8, 0.25]["agrees"]) == ("helps", "yes")
+    assert by[16, 0.25]["effect"] == "-0.100 (hurts)" and by[16, 0.25]["agrees"] == "NO"
+    for cell in ((8, 0.5), (8, 0.75), (16, 0.75), (24, 0.25)):
+        assert "effect" not in by[cell] and "agrees" not in by[cell]
+    assert any("Holm-corrected over the study's 2 tests" in n for n in notes)
+    assert any(n.startswith("seeds for 80% power at α = 0.05/2: hyperteacher custom, M 8: held_out 0.25 vs "
+                            "0.75") for n in notes)
 
 
 def test_effects_table_puts_the_papers_encoding_numbers_beside_the_measured_ones(tmp_path):

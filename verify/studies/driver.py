@@ -893,7 +893,7 @@ def stored_out(name: str, scale: str) -> Path:
 
 def build_parser() -> cli.Parser:
     p = cli.Parser("python -m verify.study", __doc__)
-    sub = p.add_subparsers(dest="command", required=True, metavar="{run,report,export,list,record-behaviour}")
+    sub = p.add_subparsers(dest="command", required=True, metavar="{run,report,export,list,budget,record-behaviour}")
 
     def common(sp, scale_default="cpu"):
         sp.add_argument("study", help=f"a study name ({', '.join(study_names())}) or a .yaml path"
@@ -942,6 +942,12 @@ def build_parser() -> cli.Parser:
     common(ex)
     ex.add_argument("--csv", metavar="FILE", help="where to write (default DIR/runs.csv)")
     sub.add_parser("list", help="the studies, their runs per scale, and what the stores hold")
+    b = sub.add_parser("budget", help="what regenerating a scale costs: core and wall time per study, in "
+                                      "all and left, from the stored run times")
+    b.add_argument("--scale", default="cpu", choices=SCALES, help="the scale (default cpu)")
+    b.add_argument("--workers", type=positive_int, default=2,
+                   help="runs at once, as `run --workers` (default 2: the CI machine's cores)")
+    b.add_argument("--json", action="store_true", help="print the table as JSON")
     rec = sub.add_parser("record-behaviour",
                          help="record the behaviour of the runs this code made before runs recorded it")
     common(rec)
@@ -954,7 +960,7 @@ ALL = "all"  # `run all`: every study in turn, each into its own default folder
 
 def parse_args(argv=None):
     args = build_parser().parse_args(sys.argv[1:] if argv is None else list(argv))
-    if args.command == "list":
+    if args.command in ("list", "budget"):
         return args
     every = args.command == "run" and args.study == ALL
     if not every:
@@ -1007,6 +1013,12 @@ def parse_args(argv=None):
 def work(args) -> int:
     if args.command == "list":
         cli.emit(format_list())
+        return cli.EXIT_OK
+    if args.command == "budget":
+        from verify.studies import budget
+
+        table = budget.budget_table(args.scale, args.workers)
+        cli.emit(cli.to_json(table) if args.json else budget.format_budget(table))
         return cli.EXIT_OK
     if args.command == "run":
         cli.set_threads(args.threads, 1)

@@ -4,8 +4,10 @@ Runs are grouped by every configuration value that varies across the study excep
 seed; each row gives, per network, the mean ± sd over seeds of the training and held-out
 R² (the paper's estimator) and the number of runs. Where the paper states a number for a
 row, the table puts it beside the measured one. Where the study compares supports, each is
-tested against the random support by verify.studies.verdicts under the study file's plan
-(`verdicts:`: the test its design calls for, the paper's claims and their margins): the
+tested against the random support, and where the study file states a claim on another
+setting (more training tasks, a wider model), its treatment against its control, by
+verify.studies.verdicts under the study file's plan (`verdicts:`: the test its design calls
+for, the paper's claims, their margins and the effect the seeds must detect): the
 outcome (helps, hurts, equivalent, inconclusive, not testable), the test it rests on, and
 whether it agrees with the paper's claim. A disagreement is reported, not tuned away; an
 untestable or inconclusive comparison is never called one.
@@ -172,8 +174,7 @@ def effects_table(study: str, scale: str, out: Path, keys: set[str] | None = Non
     from verify.studies.driver import study_deviations
 
     notes += [f"deviation from the paper at this scale: {d}" for d in study_deviations(study, scale)]
-    if "split" in varying:
-        _support_effects(rows, notes, plan, seed_values)
+    _claim_effects(rows, varying, notes, plan, seed_values)
     unconverged = sum(not r["converged"] for r in rows)
     if unconverged:
         rule = " or ".join(f"training {f.convergence[0]} < {f.convergence[1]}" for f in families)
@@ -187,7 +188,8 @@ def effects_table(study: str, scale: str, out: Path, keys: set[str] | None = Non
         missing = len(keys) - len(done) - len(failed)
         notes.append(f"{missing} of the grid's {len(keys)} runs have no result yet")
     columns = [*varying, "network", "runs", "n_train", *dict.fromkeys(metric_columns), "converged",
-               *[c for c in ("paper_held_out_r2", "paper_effect", "effect_vs_random", "test", "agrees")
+               *[c for c in ("paper_held_out_r2", "paper_effect", "effect_vs_random", "compared_with", "effect",
+                           "test", "agrees")
                  if any(c in r for r in rows)],
                *(["code"] if other or unknown else [])]
     table = dict(study=study, scale=scale, runs_done=len(done), runs_failed=len(failed), group_by=varying,
@@ -204,31 +206,70 @@ def _analysis_module(study: str):
     return importlib.import_module(ANALYSES[study])
 
 
-def _support_effects(rows: list[dict], notes: list[str], plan: verdicts.Plan,
-                     seed_values: dict[int, dict]) -> None:
-    """Each support kind against `random` (of the same family and network): the difference of
-    the held-out headline metric (R², acc_all), judged with the study's plan (a test per
-    support, Holm's correction over them; verify.studies.verdicts), and, where the study file
-    states the paper's claim for the support, whether the verdict agrees with it."""
-    base = {(r["family"], r["network"]): r for r in rows if r.get("split") == "random"}
-    compared = []
+def contrasts(plan: verdicts.Plan, varying: list[str]) -> list[tuple[str, object]]:
+    """The (factor, control) pairs a table tests: every support kind against `random` where the
+    support varies, and each of the plan's claims on another factor that varies (its
+    treatment against its control, e.g. held-out fraction 0.25 against 0.75)."""
+    out = [("split", "random")] if "split" in varying else []
+    out += [(c.factor, c.control) for c in plan.claims
+            if c.factor != "split" and c.factor in varying and c.control is not None]
+    return list(dict.fromkeys(out))
+
+
+def _compared(rows: list[dict], varying: list[str], factor: str, control, plan: verdicts.Plan):
+    """(treatment row, control row, claim) for one contrast: rows that differ from their control
+    row in `factor` alone (same family, network and every other varying setting). For the
+    support, every kind is compared with random; for another factor, only a claim's treatment."""
+    others = [k for k in varying if k != factor]
+    def key(r):
+        return (r["family"], r["network"], *(r.get(k) for k in others))
+    base = {key(r): r for r in rows if r.get(factor) == control}
+    out = []
     for r in rows:
-        ref, m = base.get((r["family"], r["network"])), r["effect_metric"]
+        ref, m = base.get(key(r)), r["effect_metric"]
         if ref is None or r is ref or r[f"{m}_mean"] is None or ref[f"{m}_mean"] is None:
             continue
-        compared.append((r, verdicts.Comparison(
-            name=f"{r['family']} {r['network']}: {r['split']} vs random", treatment=seed_values[id(r)],
-            control=seed_values[id(ref)], claim=plan.claim_for("split", r["split"], "random"))))
+        claim = plan.claim_for(factor, r.get(factor), control)
+        if factor == "split" or claim is not None:
+            out.append((r, ref, claim))
+    return out
+
+
+def _claim_effects(rows: list[dict], varying: list[str], notes: list[str], plan: verdicts.Plan,
+                   seed_values: dict[int, dict]) -> None:
+    """Each contrast (`contrasts`): the difference of the held-out headline metric (R²,
+    acc_all), judged with the study's plan (a test per comparison, Holm's correction over all
+    of them; verify.studies.verdicts), and, where the study file states the paper's claim,
+    whether the verdict agrees with it. The support's contrast fills `effect_vs_random`; any
+    other fills `compared_with` (the control) and `effect`."""
+    compared = []
+    for factor, control in contrasts(plan, varying):
+        for r, ref, claim in _compared(rows, varying, factor, control, plan):
+            name = (f"{r['family']} {r['network']}: {r['split']} vs random" if factor == "split" else
+                    f"{r['family']} {r['network']}"
+                    + "".join(f", {k} {key_cell(r[k])}" for k in varying
+                              if k != factor and r.get(k) is not None and k not in ("shapes", "student"))
+                    + f": {factor} {key_cell(r[factor])} vs {key_cell(control)}")
+            compared.append((r, factor, control, verdicts.Comparison(
+                name=name, treatment=seed_values[id(r)], control=seed_values[id(ref)], claim=claim)))
     if not compared:
         return
-    judged = verdicts.judge([c for _, c in compared], plan)
-    for (r, _), v in zip(compared, judged, strict=True):
-        r["effect_vs_random"], r["test"] = verdicts.effect_text(v), verdicts.test_text(v)
+    judged = verdicts.judge([c for *_, c in compared], plan)
+    for (r, factor, control, _), v in zip(compared, judged, strict=True):
+        if factor == "split":
+            r["effect_vs_random"] = verdicts.effect_text(v)
+        else:
+            r["compared_with"], r["effect"] = f"{factor} {key_cell(control)}", verdicts.effect_text(v)
+        r["test"] = verdicts.test_text(v)
         if v.paper is not None:
             r["paper_effect"], r["agrees"] = v.paper, v.agrees
     measured = " or ".join(f"{m}_mean" for m in dict.fromkeys(r["effect_metric"] for r in rows))
-    notes.append(f"effect_vs_random: {measured} minus the random support's")
-    notes += verdicts.notes(plan, [c for _, c in compared], judged)
+    if any(f == "split" for _, f, _, _ in compared):
+        notes.append(f"effect_vs_random: {measured} minus the random support's")
+    if any(f != "split" for _, f, _, _ in compared):
+        notes.append(f"effect: {measured} minus that of the row named in compared_with (the same "
+                     "settings otherwise)")
+    notes += verdicts.notes(plan, [c for *_, c in compared], judged)
 
 
 def _cell(v) -> str:

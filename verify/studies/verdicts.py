@@ -128,7 +128,8 @@ def plan_of(block: dict | None, where: str = "verdicts") -> Plan:
         if not isinstance(c, dict) or not {"factor", "paper"} <= set(c) or set(c) - fields:
             raise ValueError(f"{where}.claims[{i}]: a mapping with factor and paper (and any of "
                              f"{', '.join(sorted(fields - {'factor', 'paper'}))})")
-        claim = Claim(**c)
+        # A list in YAML (a layer shape: widths [512, 512]) is the tuple a run's config holds.
+        claim = Claim(**{k: tuple(v) if isinstance(v, list) else v for k, v in c.items()})
         claim.validate(f"{where}.claims[{i}]")
         claims.append(claim)
     return Plan(test=test, level=level, power=power, claims=tuple(claims))

@@ -1,0 +1,63 @@
+"""verify.study budget: the time a scale's evidence takes, from the stored run times."""
+
+import json
+import sqlite3
+
+import pytest
+
+from tests.test_study import tiny_study
+from verify.studies import budget
+from verify.studies import driver as study
+
+
+@pytest.mark.parametrize("seconds, workers, makespan", [
+    ([3, 3, 2, 2, 2], 2, 7),  # greedy in order: 3|3, 5|5, 7|5
+    ([10, 1, 1, 1], 2, 10),
+    ([1, 1, 1, 1], 1, 4),
+    ([5], 3, 5),
+])
+def test_list_schedule_takes_jobs_in_order_on_the_first_free_worker(seconds, workers, makespan):
+    got = budget.list_schedule(seconds, workers)
+    assert got == makespan
+    assert sum(seconds) / workers <= got <= sum(seconds) / workers + max(seconds)
+
+
+def test_a_store_times_its_own_runs_and_their_seed_twins_and_says_what_is_left(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    path = tiny_study(tmp_path, seeds="[1, 2, 3]", held_out="[0.25, 0.5]")
+    out = study.default_out(path, "paper")
+    one_seed = tiny_study(tmp_path, seeds="[1]", held_out="[0.25, 0.5]", name="one_seed.yaml")
+    study.run_study(one_seed, "paper", out, engine="serial", progress=False)
+    db = out / "study.sqlite"
+    with sqlite3.connect(db) as c:
+        rows = c.execute("SELECT key, config FROM runs").fetchall()
+        times = {json.loads(cfg)["held_out"]: t for (_, cfg), t in zip(rows, (100.0, 40.0), strict=True)}
+        for (key, _), t in zip(rows, (100.0, 40.0), strict=True):
+            c.execute("UPDATE runs SET seconds = ? WHERE key = ?", (t, key))
+    b = budget.study_budget(path, "paper")
+    assert (b.runs, b.current, b.measured, b.matched, b.guessed, b.unknown) == (6, 2, 2, 4, 0, 0)
+    assert sorted(b.seconds) == sorted([times[0.25]] * 3 + [times[0.5]] * 3)
+    assert b.core_minutes() == pytest.approx(420 / 60)
+    assert b.core_minutes(only_left=True) == pytest.approx(280 / 60)  # the seed-1 runs are done
+    assert b.wall_minutes(2) == pytest.approx(budget.list_schedule(list(b.seconds), 2) / 60)
+
+    # A run made by code that behaves otherwise is left to do (its time still counts as measured).
+    monkeypatch.setattr(study, "code_fingerprint", lambda *program: "f" * 64)
+    monkeypatch.setattr(budget.behaviour.Judge, "__call__", lambda self, run: budget.behaviour.OTHER)
+    stale = budget.study_budget(path, "paper")
+    assert (stale.current, stale.measured) == (0, 2)
+    assert stale.core_minutes(only_left=True) == pytest.approx(420 / 60)
+
+
+def test_a_study_with_no_store_is_unknown_and_the_cli_prints_the_totals(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(study, "PACKAGED_RESULTS_DIR", tmp_path / "none")
+    b = budget.study_budget("task-support", "smoke")
+    assert (b.runs, b.current, b.unknown) == (2, 0, 2) and b.core_minutes() == 0
+    assert study.main(["budget", "--scale", "smoke", "--workers", "3", "--json"]) == 0
+    table = json.loads(capsys.readouterr().out)
+    assert table["workers"] == 3 and table["total"]["unknown"] == table["total"]["runs"] > 0
+    assert study.main(["budget", "--scale", "smoke"]) == 0
+    assert "have no time to go by (not counted)" in capsys.readouterr().out
+    assert study.main(["budget", "--workers", "0"]) == 2
+    assert capsys.readouterr().err.count("\n") == 1

@@ -1,0 +1,136 @@
+"""What regenerating a scale's evidence costs, from the run times its stores measured.
+
+`python -m verify.study budget --scale cpu` gives, per study and in all: the grid's runs, how
+many the store holds done by the installed code (current, `verify.studies.behaviour`), the
+core-minutes of the whole grid and of what is left, and the wall time `run all` takes on W
+workers (`--workers`, default 2: the CI machine's cores).
+
+A run's time is its own stored time when the store holds it (any code: a rerun costs about
+what the run cost); otherwise the mean of the stored runs whose configuration differs from
+it only in the seeds (`seed`, `split_seed`): the same work on other random draws; otherwise
+the study's mean over its stored runs of this grid, marked as a guess; with none at all, it
+is unknown and the totals say so. Stored times were measured on whatever shared the
+machine then (another study on the second core, say): a budget, not a benchmark.
+
+Wall time: `run all` runs the studies one after another, each on W workers that take the
+runs in grid order as they free up (Ray's local scheduling); within a study that is the
+list schedule below, whose length is at least the core time / W and at most that plus the
+longest run.
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass
+
+from verify.studies import behaviour
+
+SEED_SETTINGS = ("seed", "split_seed")  # a run's random draws: the same work, other numbers
+
+
+@dataclass(frozen=True)
+class StudyBudget:
+    study: str
+    runs: int
+    current: int  # done by the installed code (or code that behaves the same)
+    seconds: tuple[float | None, ...]  # per run of the grid, in grid order (None: unknown)
+    left: tuple[bool, ...]  # per run: still to run (not done by current code)
+    measured: int  # runs whose own time is stored
+    matched: int  # runs timed by their seed twins
+    guessed: int  # runs timed by the study's mean
+
+    def core_minutes(self, only_left: bool = False) -> float:
+        return sum(s or 0.0 for s, todo in zip(self.seconds, self.left, strict=True)
+                   if todo or not only_left) / 60
+
+    def wall_minutes(self, workers: int, only_left: bool = False) -> float:
+        return list_schedule([s or 0.0 for s, todo in zip(self.seconds, self.left, strict=True)
+                              if todo or not only_left], workers) / 60
+
+    @property
+    def unknown(self) -> int:
+        return sum(s is None for s in self.seconds)
+
+
+def list_schedule(seconds: list[float], workers: int) -> float:
+    """The makespan of jobs taken in order, each by the first worker to free up."""
+    free = [0.0] * workers
+    for s in seconds:
+        heapq.heapreplace(free, free[0] + s)
+    return max(free)
+
+
+def _without_seeds(config: dict) -> str:
+    import json
+
+    return json.dumps({k: v for k, v in config.items() if k not in SEED_SETTINGS}, sort_keys=True)
+
+
+def study_budget(name: str, scale: str) -> StudyBudget:
+    """The budget of one study at `scale`, read from its store (driver.stored_out)."""
+    from verify.studies import driver
+    from verify.studies.store import RunStore
+
+    _, runs = driver.expand(name, scale)
+    store = driver.stored_out(name, scale) / "study.sqlite"
+    rows = []
+    if store.is_file():
+        with RunStore(store, readonly=True) as s:
+            rows = [r for r in s.rows() if r["status"] == "done" and r["seconds"]]
+    judge = behaviour.Judge(runs[0].program, driver.code_fingerprint(runs[0].program))
+    by_key = {r["key"]: r for r in rows}
+    twins: dict[str, list[float]] = {}
+    for r in rows:
+        twins.setdefault(_without_seeds(r["config"]), []).append(r["seconds"])
+    grid_keys = {run.key for run in runs}
+    of_grid = [r["seconds"] for r in rows if r["key"] in grid_keys] or [r["seconds"] for r in rows]
+    guess = sum(of_grid) / len(of_grid) if of_grid else None
+    seconds, left, counts = [], [], dict(measured=0, matched=0, guessed=0)
+    for run in runs:
+        stored = by_key.get(run.key)
+        twin = twins.get(_without_seeds(run.config))
+        if stored is not None:
+            seconds.append(stored["seconds"])
+            counts["measured"] += 1
+        elif twin:
+            seconds.append(sum(twin) / len(twin))
+            counts["matched"] += 1
+        else:
+            seconds.append(guess)
+            counts["guessed"] += guess is not None
+        left.append(stored is None or judge(stored) != behaviour.CURRENT)
+    return StudyBudget(study=name, runs=len(runs), current=len(runs) - sum(left), seconds=tuple(seconds),
+                       left=tuple(left), **counts)
+
+
+def budget_table(scale: str, workers: int) -> dict:
+    """Every study's budget at `scale`, and the totals for `run all` on `workers` workers."""
+    from verify.studies import driver
+
+    studies = [study_budget(name, scale) for name in driver.study_names()]
+    rows = [dict(study=b.study, runs=b.runs, current=b.current, measured=b.measured, matched=b.matched,
+                 guessed=b.guessed, unknown=b.unknown, core_minutes=b.core_minutes(),
+                 core_minutes_left=b.core_minutes(only_left=True), wall_minutes=b.wall_minutes(workers),
+                 wall_minutes_left=b.wall_minutes(workers, only_left=True)) for b in studies]
+    total = {k: sum(r[k] for r in rows) for k in rows[0] if k != "study"}
+    return dict(scale=scale, workers=workers, rows=rows, total=total)
+
+
+def format_budget(table: dict) -> str:
+    w = table["workers"]
+    lines = [f"| study | runs | current | timed: own / twin / guess / unknown | core-min | core-min left "
+             f"| wall at {w} workers | wall left |", "|---|---:|---:|---|---:|---:|---:|---:|"]
+    for r in [*table["rows"], dict(study="all (run all)", **table["total"])]:
+        lines.append(f"| {r['study']} | {r['runs']} | {r['current']} | {r['measured']} / {r['matched']} / "
+                     f"{r['guessed']} / {r['unknown']} | {r['core_minutes']:.0f} | {r['core_minutes_left']:.0f} "
+                     f"| {_hours(r['wall_minutes'])} | {_hours(r['wall_minutes_left'])} |")
+    t = table["total"]
+    lines += ["", f"{table['scale']} scale: {t['runs']} runs, {t['current']} current; all of it takes "
+                  f"{_hours(t['wall_minutes'])} wall on {w} workers, what is left {_hours(t['wall_minutes_left'])}"
+                  + (f"; {t['unknown']} runs have no time to go by (not counted)" if t["unknown"] else "")
+                  + " (verify/studies/budget.py: stored run times, measured under whatever shared the machine)"]
+    return "\n".join(lines)
+
+
+def _hours(minutes: float) -> str:
+    return f"{minutes / 60:.1f} h" if minutes >= 90 else f"{minutes:.0f} min"
