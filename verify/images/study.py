@@ -12,12 +12,13 @@ per run:
 
 The report gives each run; the mean ± sd over seeds per setting (training combinations, model);
 whether more training combinations and a larger model help held-out success (the two ends of
-each ladder, at every other setting alike: an effect when the difference is beyond MIN_EFFECT
-and twice its standard error over seeds, the rule of the other families' tables); and the
-correlation of x with y across runs, Pearson and Spearman, each with a percentile bootstrap
-interval over runs. Coverage moves both x and y, so the correlation within settings of equal
-coverage (x and y less their coverage's mean) is given too: whether decodability predicts
-success beyond what the number of training combinations does.
+each ladder, at every other setting alike, judged by verify.studies.verdicts under the study
+file's plan: Welch's t, Holm's correction, a model-size claim tested only above its floor);
+and the correlation of x with y across runs, Pearson and Spearman, each with a percentile
+bootstrap interval over runs (descriptive: coverage moves both). Whether decodability
+predicts success beyond coverage is the regression of success on coverage (a factor) and
+decodability, tested on the means of the clusters that share a split (coverage × split seed),
+not on runs (`cluster_means_fit`).
 """
 
 from __future__ import annotations
@@ -314,7 +315,8 @@ def effects_table(study: str, scale: str, out: Path, keys: set[str] | None = Non
                           runs_failed=len(failed), runs=[{k: r[k] for k in RUN_COLUMNS} for r in done],
                           layers={r["key"]: {k: v["test_f1"] for k, v in r["layers"].items()} for r in done},
                           groups=groups, effects=effects, correlation=fit, partial=partial, notes=notes,
-                          code_fingerprint=fingerprint, columns=list(RUN_COLUMNS)))
+                          code_fingerprint=fingerprint, runs_other_code=len(stale), runs_unknown_code=0,
+                          columns=list(RUN_COLUMNS)))
 
 
 def _f(v, spec=".3f") -> str:
@@ -352,7 +354,8 @@ def _partial_line(fit: dict) -> str:
             f"descriptive: liberal at this many clusters); {decided}")
 
 
-def format_markdown(table: dict) -> str:
+def format_markdown(table: dict, runs: bool = True) -> str:
+    """The report as markdown; `runs=False` (the README's block) leaves out the table of runs."""
     lines = [f"# {table['study']} ({table['scale']}): {table['runs_done']} runs done, "
              f"{table['runs_failed']} failed", "",
              "Decodability: the probe's held-out weighted F1 at the denoiser's best layer; success: held-out "
@@ -380,8 +383,8 @@ def format_markdown(table: dict) -> str:
         paper = f"; paper: {v['paper']}; agrees: {v['agrees']}" if v["paper"] else ""
         lines.append(f"- {v['name']}: {diff} ({e['effect']}; {e['test']}){paper}")
     lines += ["", "## Runs", "", "| " + " | ".join(RUN_COLUMNS[1:]) + " |",
-              "|" + "---|" * (len(RUN_COLUMNS) - 1)]
-    for r in table["runs"]:
+              "|" + "---|" * (len(RUN_COLUMNS) - 1)] if runs else []
+    for r in table["runs"] if runs else []:
         lines.append("| " + " | ".join(key_cell(r[c]) if not isinstance(r[c], float) else f"{r[c]:.3f}"
                                        for c in RUN_COLUMNS[1:]) + " |")
     if table["notes"]:

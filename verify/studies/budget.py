@@ -122,13 +122,16 @@ def format_budget(table: dict) -> str:
              f"| wall at {w} workers | wall left |", "|---|---:|---:|---|---:|---:|---:|---:|"]
     for r in [*table["rows"], dict(study="all (run all)", **table["total"])]:
         lines.append(f"| {r['study']} | {r['runs']} | {r['current']} | {r['measured']} / {r['matched']} / "
-                     f"{r['guessed']} / {r['unknown']} | {r['core_minutes']:.0f} | {r['core_minutes_left']:.0f} "
+                     f"{r['guessed']} / {r['unknown']} | {r['core_minutes']:.0f} | "
+                     f"{r['core_minutes_left']:.0f} "
                      f"| {_hours(r['wall_minutes'])} | {_hours(r['wall_minutes_left'])} |")
     t = table["total"]
     lines += ["", f"{table['scale']} scale: {t['runs']} runs, {t['current']} current; all of it takes "
-                  f"{_hours(t['wall_minutes'])} wall on {w} workers, what is left {_hours(t['wall_minutes_left'])}"
+                  f"{_hours(t['wall_minutes'])} wall on {w} workers, what is left "
+                  f"{_hours(t['wall_minutes_left'])}"
                   + (f"; {t['unknown']} runs have no time to go by (not counted)" if t["unknown"] else "")
-                  + " (verify/studies/budget.py: stored run times, measured under whatever shared the machine)"]
+                  + " (verify/studies/budget.py: stored run times, measured under whatever shared the "
+                    "machine)"]
     return "\n".join(lines)
 
 

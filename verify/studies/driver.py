@@ -893,7 +893,8 @@ def stored_out(name: str, scale: str) -> Path:
 
 def build_parser() -> cli.Parser:
     p = cli.Parser("python -m verify.study", __doc__)
-    sub = p.add_subparsers(dest="command", required=True, metavar="{run,report,export,list,budget,record-behaviour}")
+    sub = p.add_subparsers(dest="command", required=True,
+                           metavar="{run,report,export,list,budget,readme,record-behaviour}")
 
     def common(sp, scale_default="cpu"):
         sp.add_argument("study", help=f"a study name ({', '.join(study_names())}) or a .yaml path"
@@ -948,6 +949,9 @@ def build_parser() -> cli.Parser:
     b.add_argument("--workers", type=positive_int, default=2,
                    help="runs at once, as `run --workers` (default 2: the CI machine's cores)")
     b.add_argument("--json", action="store_true", help="print the table as JSON")
+    md = sub.add_parser("readme", help="regenerate the README's result blocks from the committed stores")
+    md.add_argument("--file", metavar="README", help="the file whose `<!-- results: NAME -->` blocks to "
+                                                   "rewrite (default: the checkout's README.md)")
     rec = sub.add_parser("record-behaviour",
                          help="record the behaviour of the runs this code made before runs recorded it")
     common(rec)
@@ -961,6 +965,13 @@ ALL = "all"  # `run all`: every study in turn, each into its own default folder
 def parse_args(argv=None):
     args = build_parser().parse_args(sys.argv[1:] if argv is None else list(argv))
     if args.command in ("list", "budget"):
+        return args
+    if args.command == "readme":
+        from verify.studies import summary
+
+        args.file = Path(args.file) if args.file else summary.readme_path()
+        if not args.file.is_file():
+            raise UsageError(f"no {args.file}: `readme` rewrites a checkout's README (give --file)")
         return args
     every = args.command == "run" and args.study == ALL
     if not every:
@@ -1013,6 +1024,13 @@ def parse_args(argv=None):
 def work(args) -> int:
     if args.command == "list":
         cli.emit(format_list())
+        return cli.EXIT_OK
+    if args.command == "readme":
+        from verify.studies import summary
+
+        changed = summary.regenerate(args.file)
+        cli.emit(f"{args.file}: {len(changed)} result blocks changed" + (f" ({', '.join(changed)})" if changed
+                                                                          else ""))
         return cli.EXIT_OK
     if args.command == "budget":
         from verify.studies import budget

@@ -188,8 +188,8 @@ def effects_table(study: str, scale: str, out: Path, keys: set[str] | None = Non
         missing = len(keys) - len(done) - len(failed)
         notes.append(f"{missing} of the grid's {len(keys)} runs have no result yet")
     columns = [*varying, "network", "runs", "n_train", *dict.fromkeys(metric_columns), "converged",
-               *[c for c in ("paper_held_out_r2", "paper_effect", "effect_vs_random", "compared_with", "effect",
-                           "test", "agrees")
+               *[c for c in ("paper_held_out_r2", "paper_effect", "effect_vs_random", "compared_with",
+                             "effect", "test", "agrees")
                  if any(c in r for r in rows)],
                *(["code"] if other or unknown else [])]
     table = dict(study=study, scale=scale, runs_done=len(done), runs_failed=len(failed), group_by=varying,

@@ -734,8 +734,10 @@ def _by_M(title: str, rows: list[tuple[str, list[dict]]], Ms: list) -> list[str]
     return out
 
 
-def format_analysis(a: dict) -> str:
-    """The analysis as markdown: the slopes and verdicts, the baselines, then w*(M) itself."""
+def format_analysis(a: dict, compact: bool = False) -> str:
+    """The analysis as markdown: the slopes and verdicts, the baselines, then w*(M) itself.
+    `compact` (the README's block) leaves out the baselines' units and the longer-run pairs
+    (their summary line stays)."""
     lines = ["## The width SGD needs as M grows (issue 22; verify/studies/width.py)", ""]
     if not a.get("runs"):
         return "\n".join(lines + [f"- {n}" for n in a.get("notes", [])])
@@ -759,18 +761,21 @@ def format_analysis(a: dict) -> str:
         lines.append(f"| training tasks n*: {w['criterion']} | {w['depth']}×{w['width']} | varied | "
                      f"{_slope_cell(w['fit'])} | M: 1 | — | all tasks: {_slope(w['all_tasks_slope'])} | "
                      f"{w['verdict']['short']} | {w['unconverged']} |")
-    memo = {u["M"]: u["units"] for u in a["memorisation"]["per_M"]}
-    lines += ["", "Hidden units of the baselines: the construction's 2·I·H·N (1/√ε-term, the same at every "
-              "M) + M (M-term) + H, at ε matched to each threshold; the memoriser's H·Σ_(k≤K) C(M,k)", "",
-              "| | " + " | ".join(f"M = {M}" for M in Ms) + " | slope |", "|---|" + "---|" * (len(Ms) + 1)]
-    for c in a["construction"]:
-        cells = [f"{u['eps_term']:.0f} + {u['M_term']} + {u['H_term']}" for u in c["per_M"]]
-        lines.append(f"| construction, ε = {c['eps']:.3g} ({c['criterion']}) | " + " | ".join(cells)
-                     + f" | {_slope(c['slope'])} |")
-    lines.append("| memoriser | " + " | ".join(str(memo[M]) for M in Ms)
-                 + f" | {_slope(a['memorisation']['slope'])} |")
-    sqrt_widths = " | ".join(f"{u['sqrt_width']:.1f}" for u in a["memorisation"]["per_M"])
-    lines.append(f"| √-memoriser (width) | {sqrt_widths} | {_slope(a['memorisation']['sqrt_slope'])} |")
+    if not compact:
+        memo = {u["M"]: u["units"] for u in a["memorisation"]["per_M"]}
+        lines += ["", "Hidden units of the baselines: the construction's 2·I·H·N (1/√ε-term, the same at "
+                  "every M) + M (M-term) + H, at ε matched to each threshold; the memoriser's "
+                  "H·Σ_(k≤K) C(M,k)",
+                  "", "| | " + " | ".join(f"M = {M}" for M in Ms) + " | slope |",
+                  "|---|" + "---|" * (len(Ms) + 1)]
+        for c in a["construction"]:
+            cells = [f"{u['eps_term']:.0f} + {u['M_term']} + {u['H_term']}" for u in c["per_M"]]
+            lines.append(f"| construction, ε = {c['eps']:.3g} ({c['criterion']}) | " + " | ".join(cells)
+                         + f" | {_slope(c['slope'])} |")
+        lines.append("| memoriser | " + " | ".join(str(memo[M]) for M in Ms)
+                     + f" | {_slope(a['memorisation']['slope'])} |")
+        sqrt_widths = " | ".join(f"{u['sqrt_width']:.1f}" for u in a["memorisation"]["per_M"])
+        lines.append(f"| √-memoriser (width) | {sqrt_widths} | {_slope(a['memorisation']['sqrt_slope'])} |")
     for held_out in sorted({w["held_out"] for w in a["widths"]}):
         rows = [(f"{w['criterion']}, depth {w['depth']}", w["per_M"]) for w in a["widths"]
                 if w["held_out"] == held_out]
@@ -789,7 +794,8 @@ def format_analysis(a: dict) -> str:
               for w in a["widths"] if w["fit"]["status"] == "fitted"]
     lines += [f"- n*, {w['criterion']}, {w['depth']}×{w['width']}: {w['verdict']['text']}"
               for w in a["tasks"] if w["fit"]["status"] == "fitted"]
-    lines += _longer_run_lines(a.get("longer_run_check"))
+    if not compact:
+        lines += _longer_run_lines(a.get("longer_run_check"))
     lines += [f"- {n}" for n in a["notes"]]
     return "\n".join(lines)
 
