@@ -119,3 +119,38 @@ def test_record_missing_records_only_runs_this_code_made(tmp_path, monkeypatch):
     assert by[first["key"]]["behaviour"] == first["behaviour"]  # the same record the run made
     assert by[second["key"]]["behaviour"] is None  # other code: only a rerun can attest it
     assert study.main(["record-behaviour", path, "--scale", "paper", "--out", str(out)]) == 0
+
+
+def test_the_image_program_records_its_behaviour_and_a_changed_loss_or_judge_moves_it(monkeypatch):
+    """verify.images.train's record (a smoke run's configuration): reproducible; halving the
+    training target moves its losses; a judge that passes every image moves its success."""
+    pytest.importorskip("diffusers")
+    from verify.images import denoiser, judges
+
+    _, runs = study.expand("image-composition", "smoke")
+    run = runs[0]
+    first = behaviour.record(run.program, run.argv)
+    assert set(first) == {"split", "parameters", "losses", "features", "decodability", "success"}
+    assert len(first["losses"]) == 4 and first["split"][:2] == [24.0, 40.0]
+    assert behaviour.difference(first, behaviour.record(run.program, run.argv)) is None
+
+    target = denoiser._target
+    monkeypatch.setattr(denoiser, "_target", lambda *a: 0.5 * target(*a))
+    halved = behaviour.record(run.program, run.argv)
+    moved = behaviour.difference({"losses": first["losses"]}, {"losses": halved["losses"]})
+    assert moved.startswith("losses[0]")
+    monkeypatch.setattr(denoiser, "_target", target)
+
+    evaluate = judges.ExactJudge.evaluate
+
+    def lenient(self, images, fam, rows):
+        verdict = evaluate(self, images, fam, rows)
+        verdict.success[:] = True
+        return verdict
+    monkeypatch.setattr(judges.ExactJudge, "evaluate", lenient)
+    passed = behaviour.record(run.program, run.argv)
+    # 4 training steps: not every image is right, until the judge passes them all.
+    assert first["success"] != [1.0, 1.0] and passed["success"] == [1.0, 1.0]
+    rest = {k: v for k, v in first.items() if k != "success"}
+    assert behaviour.difference(rest, {k: passed[k] for k in rest}) is None
+    assert behaviour.difference(first, passed).startswith("success[")

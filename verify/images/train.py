@@ -358,6 +358,70 @@ def _run(args) -> dict:
     })
 
 
+# --- the behaviour record (verify.studies.behaviour) -------------------------------------------
+
+BEHAVIOUR_STEPS = 4  # training steps whose losses are recorded
+BEHAVIOUR_PROMPTS = 4  # prompts a side the recorded analysis reads (one seed each)
+BEHAVIOUR_SAMPLE_STEPS = 2  # denoising steps of its images
+
+
+def behaviour(args) -> dict[str, list[float]]:
+    """What a run computes, in a few numbers that any change to its training, generation,
+    probing or judging code moves (verify.studies.behaviour compares them with the ones a
+    stored run recorded), all from the run's own configuration:
+
+    - `split`: how many combinations train and how many are held out, and a checksum of both;
+    - `parameters`: the UNet's and the text encoder's;
+    - `losses`: the first BEHAVIOUR_STEPS training losses, as the run trains them (its data
+      stream; AdamW has no schedule, so they do not depend on the run's length);
+    - from the model after those steps, saved and loaded back as the run's is, analysed as the
+      run analyses it on BEHAVIOUR_PROMPTS prompts a side, one seed, BEHAVIOUR_SAMPLE_STEPS
+      denoising steps: `features` (each recorded layer's mean activation), `decodability`
+      (each layer's held-out and training F1) and `success` (the judge's rate a side).
+
+    One thread, on the CPU, whatever the run used (a few seconds for the tiny preset)."""
+    import copy
+
+    import torch
+
+    from constructions.tasks import images as scenes
+    from verify.images import analyse, denoiser, pipeline
+    from verify.images.judges import ExactJudge
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        with analyse.quiet_libraries(), tempfile.TemporaryDirectory() as tmp:
+            scene = scenes.Scene(n_objects=args.objects)
+            split = _split(scene, args.train_combinations, args.split_seed)
+            sides = [np.asarray(split.train, dtype=np.int64), np.asarray(split.test, dtype=np.int64)]
+            out = {"split": [float(len(s)) for s in sides]
+                   + [float((s * np.arange(1, s.size + 1)).sum()) for s in sides]}
+            pipe, _ = _build(args, scene)
+            out["parameters"] = [float(denoiser.parameters(pipe.unet)),
+                                 float(denoiser.parameters(pipe.text_encoder))]
+            short = copy.copy(args)
+            short.steps, short.device = BEHAVIOUR_STEPS, "cpu"
+            training = _train(short, pipe, scene, scenes.combinations(scene), split.train, False)
+            out["losses"] = [p["loss"] for p in training["loss_curve"]]  # one step a window
+            folder = Path(tmp) / "pipeline"
+            _save_atomically(pipe.to("cpu"), folder)
+            loaded = pipeline.load(folder, "cpu")
+            settings = analyse.Settings(n_seeds=1, steps=BEHAVIOUR_SAMPLE_STEPS, guidance=args.guidance,
+                                        layers=tuple(args.layers), fractions=tuple(args.fractions),
+                                        batch=GENERATE_BATCH)
+            seen = analyse.subset(split.train, BEHAVIOUR_PROMPTS, args.split_seed, 0)
+            unseen = analyse.subset(split.test, BEHAVIOUR_PROMPTS, args.split_seed, 1)
+            a = analyse.analyse(loaded, scene, seen, unseen, ExactJudge(), settings, False)
+    finally:
+        torch.set_num_threads(threads)
+    layers = sorted(a.probe)
+    out["features"] = [float(np.asarray(a.generation.features[k], dtype=np.float64).mean()) for k in layers]
+    out["decodability"] = [float(a.probe[k][m]) for k in layers for m in ("test_f1", "train_f1")]
+    out["success"] = [a.success(side)["rate"] for side in ("train", "test")]
+    return out
+
+
 # --- the command line --------------------------------------------------------------------------
 
 def _f(v, spec=".3f") -> str:

@@ -7,7 +7,9 @@ edit, a renamed helper or a comment, changes the hash, although no number moves;
 every store stale then punishes refactoring. So each run also records its behaviour: a few
 numbers its program computes from the run's own configuration that any change to training
 or scoring would move (verify.sgd's `behaviour`: the split, the learning-rate schedule,
-every network's metrics before training, and the students' first training losses). A run
+every network's metrics before training, and the students' first training losses;
+verify.images.train's: the split, the model's size, its first training losses, and the
+generation, probes and judge on a few prompts after them). A run
 whose fingerprint differs from the installed code's is then judged by replaying that
 record with the installed code:
 
@@ -18,10 +20,9 @@ record with the installed code:
   no record and another fingerprint;
 - unknown: the run recorded no code at all (stored before runs did).
 
-A program without a `behaviour` function (verify.images.train, for now) is judged by its
-fingerprint alone. Replays are cached per (run key, its fingerprint, the installed code's
-fingerprint) in the user's cache folder (XDG_CACHE_HOME, else ~/.cache), so a store is
-replayed once per version of the code. Runs made by the installed code before runs recorded
+A program without a `behaviour` function is judged by its fingerprint alone. Replays are
+cached per (run key, its fingerprint, the installed code's fingerprint) in the user's cache
+folder (XDG_CACHE_HOME, else ~/.cache), so a store is replayed once per version of the code. Runs made by the installed code before runs recorded
 their behaviour can have it recorded now (`record_missing`): the fingerprint proves the code
 that made them is the code recording it.
 """
