@@ -22,9 +22,10 @@ record with the installed code:
 
 A program without a `behaviour` function is judged by its fingerprint alone. Replays are
 cached per (run key, its fingerprint, the installed code's fingerprint) in the user's cache
-folder (XDG_CACHE_HOME, else ~/.cache), so a store is replayed once per version of the code. Runs made by the installed code before runs recorded
-their behaviour can have it recorded now (`record_missing`): the fingerprint proves the code
-that made them is the code recording it.
+folder (XDG_CACHE_HOME, else ~/.cache), so a store is replayed once per version of the code.
+Runs made by the installed code before runs recorded their behaviour can have it recorded
+now (`record_missing`): the fingerprint proves the code that made them is the code recording
+it.
 """
 
 from __future__ import annotations
