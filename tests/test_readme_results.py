@@ -8,6 +8,18 @@ from verify.studies import driver, summary
 README = summary.readme_path()
 
 
+@pytest.fixture(scope="module")
+def _shared_cache(tmp_path_factory):
+    return tmp_path_factory.mktemp("behaviour-cache")
+
+
+@pytest.fixture(autouse=True)
+def _one_cache_for_the_module(_shared_cache, monkeypatch):
+    """After a change to the code, every block replays the stores' behaviour records
+    (verify.studies.behaviour): once for the module, not once per block."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(_shared_cache))
+
+
 def test_every_study_and_the_budget_has_a_block_in_the_readme():
     assert set(summary.blocks_of(README.read_text())) == {*driver.study_names(), "budget", "grids"}
 
