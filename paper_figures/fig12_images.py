@@ -26,7 +26,8 @@ from matplotlib.figure import Figure
 
 from paper_figures.common import COLOURS, MARKERS, FigureResult, finish, plot_series, select
 from paper_figures.fig9_studies import has_results
-from verify.studies.driver import code_fingerprint, default_out, expand, run_study, stored_out
+from verify.studies import provenance
+from verify.studies.driver import default_out, expand, run_study, stored_out
 from verify.studies.store import RunStore
 
 NAME = "fig12_images"
@@ -47,7 +48,7 @@ def table(quick: bool, progress: bool | None) -> tuple[dict, Path]:
         scale, out = "smoke", default_out(STUDY, "smoke")
         run_study(STUDY, "smoke", out, engine="serial", progress=progress)  # only what is missing
     keys = {r.key for r in expand(STUDY, scale)[1]}
-    return effects_table(STUDY, scale, out, keys, code_fingerprint(PROGRAM)), out
+    return effects_table(STUDY, scale, out, keys, provenance.code_fingerprint(PROGRAM)), out
 
 
 def fit_band(x, y, grid, n_boot: int = BAND_RESAMPLES, seed: int = 0):

@@ -24,7 +24,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from paper_figures.common import COLOURS, MARKERS, FigureResult, finish, new_figure, plot_series, select
-from verify.studies.driver import code_fingerprint, default_out, expand, run_study, stored_out
+from verify.studies import provenance
+from verify.studies.driver import default_out, expand, run_study, stored_out
 from verify.studies.effects import CONVERGED_R2, PAPER_ENCODING_R2, effects_table
 from verify.studies.store import RunStore
 
@@ -44,10 +45,11 @@ def table(study: str, quick: bool, progress: bool | None) -> dict:
     the runs in the study's grid as it is now."""
     if not quick and has_results(stored_out(study, "cpu")):
         keys = {r.key for r in expand(study, "cpu")[1]}
-        return effects_table(study, "cpu", stored_out(study, "cpu"), keys, code_fingerprint())
+        return effects_table(study, "cpu", stored_out(study, "cpu"), keys, provenance.code_fingerprint())
     out = default_out(study, "smoke")
     run_study(study, "smoke", out, engine="serial", progress=progress)  # only what is missing
-    return effects_table(study, "smoke", out, {r.key for r in expand(study, "smoke")[1]}, code_fingerprint())
+    keys = {r.key for r in expand(study, "smoke")[1]}
+    return effects_table(study, "smoke", out, keys, provenance.code_fingerprint())
 
 
 def sweep_rows(tables: dict, kinds: dict[str, str], metric: str, train: str) -> list[dict]:
@@ -109,7 +111,8 @@ def study_meta(tables: dict) -> dict:
     return dict(checks={}, scales={s: t["scale"] for s, t in tables.items()},
                 deviations={s: study_deviations(s, t["scale"]) for s, t in tables.items()},
                 runs={s: dict(done=t["runs_done"], failed=t["runs_failed"]) for s, t in tables.items()},
-                notes={s: t["notes"] for s, t in tables.items()}, code_fingerprint=code_fingerprint(),
+                notes={s: t["notes"] for s, t in tables.items()},
+                code_fingerprint=provenance.code_fingerprint(),
                 code={s: dict(other=t["runs_other_code"], unknown=t["runs_unknown_code"], done=t["runs_done"])
                       for s, t in tables.items()})
 

@@ -15,7 +15,7 @@ import pytest
 
 from tests.test_study import tiny_study
 from verify.learning import sgd
-from verify.studies import behaviour
+from verify.studies import behaviour, provenance
 from verify.studies import driver as study
 from verify.studies.store import RunStore
 
@@ -61,16 +61,16 @@ def test_a_pure_refactor_keeps_the_runs_current_and_a_changed_loss_constant_mark
     study.run_study(path, "paper", out, engine="serial", progress=False)
     with RunStore(out / "study.sqlite") as store:
         rows = store.rows()
-    assert all(r["behaviour"] and r["code_fingerprint"] == study.code_fingerprint() for r in rows)
+    assert all(r["behaviour"] and r["code_fingerprint"] == provenance.code_fingerprint() for r in rows)
     here = report_with(None, path, out)
-    assert (here["runs_other_code"], here["code_fingerprint"]) == (0, study.code_fingerprint())
+    assert (here["runs_other_code"], here["code_fingerprint"]) == (0, provenance.code_fingerprint())
 
     renamed = report_with(copy_of_code(tmp_path / "renamed", RENAME), path, out)
-    assert renamed["code_fingerprint"] != study.code_fingerprint()  # other bytes ...
+    assert renamed["code_fingerprint"] != provenance.code_fingerprint()  # other bytes ...
     assert (renamed["runs_other_code"], renamed["runs_unknown_code"]) == (0, 0)  # ... the same numbers
 
     halved = report_with(copy_of_code(tmp_path / "halved", LOSS), path, out)
-    assert halved["code_fingerprint"] not in (study.code_fingerprint(), renamed["code_fingerprint"])
+    assert halved["code_fingerprint"] not in (provenance.code_fingerprint(), renamed["code_fingerprint"])
     assert halved["runs_other_code"] == len(rows) and "code" in halved["columns"]
     assert any("were not made by this code" in n for n in halved["notes"])
 
@@ -112,7 +112,7 @@ def test_record_missing_records_only_runs_this_code_made(tmp_path, monkeypatch):
         first, second = store.rows()
         store.db.execute("UPDATE runs SET behaviour = NULL")
         store.db.execute("UPDATE runs SET code_fingerprint = ? WHERE key = ?", ("0" * 64, second["key"]))
-    counts = behaviour.record_missing("verify.sgd", db, study.code_fingerprint(), progress=False)
+    counts = behaviour.record_missing("verify.sgd", db, provenance.code_fingerprint(), progress=False)
     assert counts == dict(recorded=1, had=0, other_code=1, program_has_none=False)
     with RunStore(db, readonly=True) as store:
         by = {r["key"]: r for r in store.rows()}

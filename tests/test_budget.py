@@ -6,7 +6,7 @@ import sqlite3
 import pytest
 
 from tests.test_study import tiny_study
-from verify.studies import budget
+from verify.studies import budget, grids, provenance
 from verify.studies import driver as study
 
 
@@ -42,7 +42,7 @@ def test_a_store_times_its_own_runs_and_their_seed_twins_and_says_what_is_left(t
     assert b.wall_minutes(2) == pytest.approx(budget.list_schedule(list(b.seconds), 2) / 60)
 
     # A run made by code that behaves otherwise is left to do (its time still counts as measured).
-    monkeypatch.setattr(study, "code_fingerprint", lambda *program: "f" * 64)
+    monkeypatch.setattr(provenance, "code_fingerprint", lambda *program: "f" * 64)
     monkeypatch.setattr(budget.behaviour.Judge, "__call__", lambda self, run: budget.behaviour.OTHER)
     stale = budget.study_budget(path, "paper")
     assert (stale.current, stale.measured) == (0, 2)
@@ -51,7 +51,7 @@ def test_a_store_times_its_own_runs_and_their_seed_twins_and_says_what_is_left(t
 
 def test_a_study_with_no_store_is_unknown_and_the_cli_prints_the_totals(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(study, "PACKAGED_RESULTS_DIR", tmp_path / "none")
+    monkeypatch.setattr(grids, "PACKAGED_RESULTS_DIR", tmp_path / "none")
     b = budget.study_budget("task-support", "smoke")
     assert (b.runs, b.current, b.unknown) == (2, 0, 2) and b.core_minutes() == 0
     assert study.main(["budget", "--scale", "smoke", "--workers", "3", "--json"]) == 0

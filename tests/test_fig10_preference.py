@@ -11,6 +11,7 @@ import pytest
 
 from verify.learning.families import FAMILIES
 from verify.studies import driver as study
+from verify.studies import grids, provenance
 from verify.studies.effects import effects_table
 from verify.studies.store import RunStore
 
@@ -25,7 +26,7 @@ def fig10(tmp_path, monkeypatch):
 
     monkeypatch.chdir(tmp_path)  # no store here
     # Nor a committed one (cpu stores may be committed later): every panel reads smoke data.
-    monkeypatch.setattr(study, "PACKAGED_RESULTS_DIR", tmp_path / "nothing-committed")
+    monkeypatch.setattr(grids, "PACKAGED_RESULTS_DIR", tmp_path / "nothing-committed")
     return fig10_preference
 
 
@@ -92,8 +93,8 @@ def test_the_plotted_points_are_the_effects_tables_means_and_a_row_below_the_thr
             for run in runs:  # the first task-support run (the first support kind) does not converge
                 report = hand_made(run.config, i, unconverged=name == fig10.STUDIES[2] and run is runs[0])
                 store.start(run.key, name, "smoke", run.config)
-                store.finish(run.key, report, 1.0, version=study.code_version(),
-                             fingerprint=study.code_fingerprint())
+                store.finish(run.key, report, 1.0, version=provenance.code_version(),
+                             fingerprint=provenance.code_fingerprint())
                 group = json.dumps({k: v for k, v in run.config.items() if k != "seed"}, sort_keys=True)
                 expected.setdefault(name, {}).setdefault(group, []).append(i)
                 i += 1

@@ -4,6 +4,7 @@ the panels whose runs were made by other code or by unknown code."""
 import pytest
 
 from verify.studies import driver as study
+from verify.studies import grids, provenance
 from verify.studies.store import RunStore
 
 
@@ -30,7 +31,7 @@ def test_committed_stores_are_drawn_and_marked_as_made_by_unknown_code(fig9):
 
 
 def test_a_store_made_by_this_code_is_unmarked_and_one_run_by_other_code_is_marked(fig9, tmp_path):
-    shipped = study.PACKAGED_RESULTS_DIR / "task-support" / "cpu" / "study.sqlite"
+    shipped = grids.PACKAGED_RESULTS_DIR / "task-support" / "cpu" / "study.sqlite"
     with RunStore(shipped, readonly=True) as store:
         runs = store.rows(status="done")
     here = tmp_path / study.default_out("task-support", "cpu")
@@ -38,15 +39,15 @@ def test_a_store_made_by_this_code_is_unmarked_and_one_run_by_other_code_is_mark
     with RunStore(here / "study.sqlite") as store:  # the same results, as if made by this code
         for i, r in enumerate(runs):
             store.start(r["key"], r["study"], r["scale"], r["config"])
-            store.finish(r["key"], r["report"], r["seconds"], version=study.code_version(),
-                         fingerprint="0" * 64 if i == 0 else study.code_fingerprint())
+            store.finish(r["key"], r["report"], r["seconds"], version=provenance.code_version(),
+                         fingerprint="0" * 64 if i == 0 else provenance.code_fingerprint())
     rows, meta = fig9.compute(quick=False, progress=False)
     assert meta["code"]["task-support"] == dict(other=1, unknown=0, done=12)
     assert fig9._title("x", "task-support", meta).endswith("(cpu scale)\n[1 of 12 runs: other code]")
     codes = sorted(r["code"] for r in rows if r["panel"] == "c")
     assert codes == ["current"] * 5 + ["other (1 of 2)"]
     with RunStore(here / "study.sqlite") as store:  # every run by this code: no mark at all
-        store.finish(runs[0]["key"], runs[0]["report"], 1.0, fingerprint=study.code_fingerprint())
+        store.finish(runs[0]["key"], runs[0]["report"], 1.0, fingerprint=provenance.code_fingerprint())
     rows, meta = fig9.compute(quick=False, progress=False)
     assert fig9._title("x", "task-support", meta) == "x (cpu scale)"
     assert {r["code"] for r in rows if r["study"] == "task-support"} == {"current"}

@@ -16,7 +16,10 @@ pytest.importorskip("diffusers")
 from verify.images import study as report  # noqa: E402
 from verify.learning.records import mean_sd  # noqa: E402
 from verify.studies import driver as study  # noqa: E402
-from verify.studies import verdicts  # noqa: E402
+from verify.studies import (
+    provenance,
+    verdicts,  # noqa: E402
+)
 from verify.studies.store import RunStore  # noqa: E402
 
 STUDY = "image-composition"
@@ -146,14 +149,14 @@ def test_the_study_names_its_program_and_the_driver_resolves_runs_with_that_prog
 
 
 def test_the_fingerprint_of_an_image_run_covers_the_image_code_and_not_the_drivers():
-    modules = study.code_modules("verify.images.train")
+    modules = provenance.code_modules("verify.images.train")
     assert {"verify.images.train", "verify.images.denoiser", "verify.images.pipeline",
             "verify.images.activations", "verify.images.probes", "verify.images.judges",
             "constructions.tasks.images"} <= set(modules)
-    assert not set(modules) & set(study.NOT_RESULT_CODE)
+    assert not set(modules) & set(provenance.NOT_RESULT_CODE)
     assert "verify.images.study" not in modules  # the report reads results, it makes none
-    assert study.code_fingerprint("verify.images.train") != study.code_fingerprint()
-    assert "verify.images.train" not in study.code_modules()
+    assert provenance.code_fingerprint("verify.images.train") != provenance.code_fingerprint()
+    assert "verify.images.train" not in provenance.code_modules()
 
 
 def _yaml(tmp_path, body: str, name="s.yaml") -> str:
@@ -189,7 +192,7 @@ def test_a_smoke_study_runs_end_to_end_train_analyse_report_export(tmp_path, cap
                        "--no-progress"]) == 0
     summary = json.loads(capsys.readouterr().out)
     assert (summary["done"], summary["failed"], summary["program"]) == (4, 0, "verify.images.train")
-    assert summary["code_fingerprint"] == study.code_fingerprint("verify.images.train")
+    assert summary["code_fingerprint"] == provenance.code_fingerprint("verify.images.train")
     with RunStore(out / "study.sqlite", readonly=True) as store:
         rows = store.rows()
     assert {r["status"] for r in rows} == {"done"}
@@ -231,8 +234,9 @@ def test_an_image_run_loads_only_fingerprinted_modules_or_ones_named_as_changing
     assert proc.returncode == 0, proc.stderr
     loaded = set(proc.stdout.split())
     assert {"verify.images.denoiser", "verify.images.probes", "constructions.tasks.images"} <= loaded
-    modules = set(study.code_modules("verify.images.train"))
-    assert loaded - modules <= set(study.NOT_RESULT_CODE), loaded - modules - set(study.NOT_RESULT_CODE)
+    modules = set(provenance.code_modules("verify.images.train"))
+    not_result = set(provenance.NOT_RESULT_CODE)
+    assert loaded - modules <= not_result, loaded - modules - not_result
 
 
 def test_figure_12s_line_is_least_squares_and_its_band_narrows_as_runs_grow():

@@ -15,6 +15,7 @@ from tests.test_pack import same_metrics
 from verify.learning.families import HyperteacherFamily
 from verify.learning.records import lookup
 from verify.studies import driver as study
+from verify.studies import grids, provenance
 from verify.studies.effects import _claim_effects, effects_table
 from verify.studies.store import RunStore, config_key
 
@@ -148,7 +149,7 @@ def test_a_smoke_study_through_a_local_ray_cluster_stores_every_row(tmp_path):
     assert all(r["status"] == "done" and r["report"]["rows"] for r in rows)
     # Each worker records the code it ran (here the same as the driver's).
     assert {(r["code_version"], r["code_fingerprint"]) for r in rows} == {
-        (study.code_version(), study.code_fingerprint())}
+        (provenance.code_version(), provenance.code_fingerprint())}
 
 
 def test_a_pack_is_one_ray_task_whose_runs_are_stored_one_by_one(tmp_path):
@@ -359,18 +360,19 @@ def test_a_run_records_its_code_and_one_made_by_other_code_is_marked_and_rerun(t
                                                                               capsys):
     path, out = tiny_study(tmp_path), tmp_path / "out"
     study.run_study(path, "paper", out, engine="serial", progress=False)
-    made_by = study.code_fingerprint()
+    made_by = provenance.code_fingerprint()
     with RunStore(out / "study.sqlite") as store:
         rows = store.rows()
-    assert {(r["code_fingerprint"], r["code_version"]) for r in rows} == {(made_by, study.code_version())}
-    assert len(made_by) == 64 and study.code_version() not in ("", "unknown")
+    version = provenance.code_version()
+    assert {(r["code_fingerprint"], r["code_version"]) for r in rows} == {(made_by, version)}
+    assert len(made_by) == 64 and provenance.code_version() not in ("", "unknown")
     assert study.main(["report", path, "--scale", "paper", "--out", str(out), "--json"]) == 0
     table = json.loads(capsys.readouterr().out)
     assert (table["runs_other_code"], table["runs_unknown_code"]) == (0, 0)
     assert "code" not in table["columns"] and not any("--rerun-stale" in n for n in table["notes"])
 
     # The code's text changes, its behaviour does not (a refactor): the runs stay current.
-    monkeypatch.setattr(study, "code_fingerprint", lambda *program: "e" * 64)
+    monkeypatch.setattr(provenance, "code_fingerprint", lambda *program: "e" * 64)
     same = study.run_study(path, "paper", out, engine="serial", progress=False)
     assert (same["done"], same["already_done"], same["stale"]) == (0, 2, 0)
     assert study.main(["report", path, "--scale", "paper", "--out", str(out), "--json"]) == 0
@@ -379,7 +381,7 @@ def test_a_run_records_its_code_and_one_made_by_other_code_is_marked_and_rerun(t
     # The code changes what it computes (the loss): the stored runs were made by other code.
     loss = HyperteacherFamily.loss
     monkeypatch.setattr(HyperteacherFamily, "loss", lambda self, pred, batch: 1.5 * loss(self, pred, batch))
-    monkeypatch.setattr(study, "code_fingerprint", lambda *program: "f" * 64)
+    monkeypatch.setattr(provenance, "code_fingerprint", lambda *program: "f" * 64)
     kept = study.run_study(path, "paper", out, engine="serial", progress=False)
     assert (kept["done"], kept["already_done"], kept["stale"], kept["stale_unknown"]) == (0, 2, 2, 0)
     assert kept["stale_fingerprints"] == [made_by] and kept["code_fingerprint"] == "f" * 64
@@ -409,12 +411,12 @@ def test_rerun_stale_reruns_failed_runs_made_by_other_code_and_leaves_current_on
     study.run_study(path, "paper", out, engine="serial", progress=False)  # one done, one failed
     same = study.run_study(path, "paper", out, engine="serial", progress=False, rerun_stale=True)
     assert (same["done"], same["failed"], same["skipped_failed"], same["stale"]) == (0, 0, 1, 0)
-    monkeypatch.setattr(study, "code_fingerprint", lambda *program: "e" * 64)
+    monkeypatch.setattr(provenance, "code_fingerprint", lambda *program: "e" * 64)
     refactored = study.run_study(path, "paper", out, engine="serial", progress=False, rerun_stale=True)
     assert (refactored["done"], refactored["failed"], refactored["skipped_failed"]) == (0, 1, 0)
     loss = HyperteacherFamily.loss
     monkeypatch.setattr(HyperteacherFamily, "loss", lambda self, pred, batch: 2 * loss(self, pred, batch))
-    monkeypatch.setattr(study, "code_fingerprint", lambda *program: "d" * 64)
+    monkeypatch.setattr(provenance, "code_fingerprint", lambda *program: "d" * 64)
     again = study.run_study(path, "paper", out, engine="serial", progress=False, rerun_stale=True)
     assert (again["done"], again["failed"], again["skipped_failed"]) == (1, 1, 0)
 
@@ -449,10 +451,10 @@ def test_an_old_store_reads_as_unknown_code_is_migrated_on_write_and_rerun_stale
     rerun = study.run_study(path, "paper", out, engine="serial", progress=False, rerun_stale=True)
     assert (rerun["done"], rerun["stale"]) == (2, 0)
     with RunStore(db) as store:
-        assert {r["code_fingerprint"] for r in store.rows()} == {study.code_fingerprint()}
+        assert {r["code_fingerprint"] for r in store.rows()} == {provenance.code_fingerprint()}
 
 
-FINGERPRINT = "from verify.studies import driver as study; print(study.code_fingerprint())"
+FINGERPRINT = "from verify.studies import provenance; print(provenance.code_fingerprint())"
 
 
 def test_the_fingerprint_hashes_the_modules_a_result_depends_on_wherever_they_are_installed(tmp_path):
@@ -511,9 +513,9 @@ def test_every_project_module_a_run_loads_is_fingerprinted_or_named_as_changing_
     assert {"verify.learning.train", "verify.learning.metrics", "verify.learning.students",
             "verify.learning.families", "verify.measure", "constructions.tasks.hyperteacher",
             "constructions.tasks.preference", "constructions.tasks.encodings"} <= loaded
-    assert loaded - set(study.code_modules()) <= set(study.NOT_RESULT_CODE), \
-        loaded - set(study.code_modules()) - set(study.NOT_RESULT_CODE)
-    assert not set(study.code_modules()) & set(study.NOT_RESULT_CODE)
+    assert loaded - set(provenance.code_modules()) <= set(provenance.NOT_RESULT_CODE), \
+        loaded - set(provenance.code_modules()) - set(provenance.NOT_RESULT_CODE)
+    assert not set(provenance.code_modules()) & set(provenance.NOT_RESULT_CODE)
 
 
 # ----------------------------------------------------------------------------- where stores live
@@ -523,7 +525,7 @@ def test_run_writes_under_the_working_folder_and_report_reads_the_committed_stor
     import hashlib
 
     monkeypatch.chdir(tmp_path)
-    shipped = study.PACKAGED_RESULTS_DIR / "task-support" / "cpu"
+    shipped = grids.PACKAGED_RESULTS_DIR / "task-support" / "cpu"
     digest = hashlib.sha256((shipped / "study.sqlite").read_bytes()).hexdigest()
     shipped_md = (shipped / "effects.md").read_text()
     here = Path("verify/studies/results/task-support")
@@ -553,7 +555,7 @@ def test_run_writes_under_the_working_folder_and_report_reads_the_committed_stor
                                                             held_out_r2=0.5, held_out_sup=1.0)])
     with RunStore(tmp_path / here / "cpu" / "study.sqlite") as store:
         store.start(run.key, "task-support", "cpu", run.config)
-        store.finish(run.key, report, 1.0, version="0", fingerprint=study.code_fingerprint())
+        store.finish(run.key, report, 1.0, version="0", fingerprint=provenance.code_fingerprint())
     assert study.stored_out("task-support", "cpu") == here / "cpu"
     assert study.main(["report", "task-support", "--scale", "cpu", "--json"]) == 0
     table = json.loads(capsys.readouterr().out)

@@ -12,6 +12,7 @@ from tests.test_study import tiny_study
 from verify.learning import sgd
 from verify.learning.records import Metric, as_dicts, lookup
 from verify.studies import driver as study
+from verify.studies import grids
 from verify.studies.effects import effects_table
 from verify.studies.store import RunStore, config_key
 
@@ -160,7 +161,7 @@ def test_the_committed_stores_made_before_the_families_keep_their_keys():
     without --allow-M-above-F (the official constraint, issue 32): those must be refused for
     exactly that reason, and their study's grid no longer holds them."""
     before_families = 0
-    for store_path in sorted(study.PACKAGED_RESULTS_DIR.glob("*/cpu/study.sqlite")):
+    for store_path in sorted(grids.PACKAGED_RESULTS_DIR.glob("*/cpu/study.sqlite")):
         with RunStore(store_path, readonly=True) as store:
             rows = store.rows(status="done")
         for r in rows:

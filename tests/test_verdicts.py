@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from verify.studies import driver
+from verify.studies import driver, grids
 from verify.studies import verdicts as V
 from verify.studies.effects import effects_table
 
@@ -49,7 +49,7 @@ def test_the_committed_task_support_verdicts_are_welchs_test_of_the_tables_means
     """Issue 32 recomputed Welch's test from the committed table's means and sds (p = 0.039 for
     non_compositional on the store it measured). The verdict's test, read from the store's
     seeds, must be that test, and its outcome what Holm makes of it."""
-    out = driver.PACKAGED_RESULTS_DIR / "task-support" / "cpu"
+    out = grids.PACKAGED_RESULTS_DIR / "task-support" / "cpu"
     plan = V.Plan(test="welch", claims=(V.Claim("split", "hurts", "non_compositional", "random"),))
     table = effects_table("task-support", "cpu", out, plan=plan)
     rows = {r["split"]: r for r in table["rows"]}

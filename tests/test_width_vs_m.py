@@ -10,7 +10,7 @@ import pytest
 from scipy import stats
 
 from verify.studies import driver as study
-from verify.studies import width
+from verify.studies import grids, provenance, width
 from verify.studies.effects import effects_table
 from verify.studies.store import RunStore
 from verify.studies.width import BELOW, NOT_REACHED, REACHED, Criterion
@@ -335,7 +335,7 @@ def fill_store(out, runs, law) -> None:
             r2 = law(c["widths"][0], c["M"], len(c["widths"]), c["held_out"])
             store.start(run.key, STUDY, "smoke", run.config)
             store.finish(run.key, hand_made(c, r2, 0.5 * math.sqrt(max(1 - r2, 1e-9))), 1.0,
-                         version=study.code_version(), fingerprint=study.code_fingerprint())
+                         version=provenance.code_version(), fingerprint=provenance.code_fingerprint())
 
 
 PLANTED = {2: (1.5, 1 / 2.2), 4: (0.5, 1.2)}  # depth → (beta, c): w* = c·M^beta at held-out R² 0.95
@@ -351,7 +351,7 @@ def smoke_law(w, M, depth, held_out):
 def here(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     # No committed cpu store of this study (one may be committed later): the figure reads smoke.
-    monkeypatch.setattr(study, "PACKAGED_RESULTS_DIR", tmp_path / "nothing-committed")
+    monkeypatch.setattr(grids, "PACKAGED_RESULTS_DIR", tmp_path / "nothing-committed")
     return tmp_path
 
 
@@ -363,7 +363,7 @@ def test_the_report_and_figure_of_a_hand_made_store_show_the_planted_w_star(here
     out = study.default_out(STUDY, "smoke")
     runs = study.expand(STUDY, "smoke")[1]
     fill_store(out, runs, smoke_law)
-    table = effects_table(STUDY, "smoke", out, {r.key for r in runs}, study.code_fingerprint())
+    table = effects_table(STUDY, "smoke", out, {r.key for r in runs}, provenance.code_fingerprint())
     a = table["analysis"]
     by = {(w["held_out"], w["depth"], w["criterion"]): w for w in a["widths"]}
     for depth, (beta, c) in PLANTED.items():

@@ -79,7 +79,7 @@ def build(*, model: str, pipeline_class: str, config_sha256: str, family, prompt
     are positions in its prompts; `verdict` a `judges.Verdict` of its images."""
     from verify.images.judges import slot_names
     from verify.images.probes import best_layer
-    from verify.studies.driver import code_version
+    from verify.studies.provenance import code_version
 
     n_seeds = generation.n_seeds
     record = {

@@ -2,7 +2,7 @@
 run's code computed.
 
 A run records its code fingerprint (a hash of the source of every module it rests on:
-verify.studies.driver.code_fingerprint). Equal fingerprints mean the same code. But any
+verify.studies.provenance.code_fingerprint). Equal fingerprints mean the same code. But any
 edit, a renamed helper or a comment, changes the hash, although no number moves; marking
 every store stale then punishes refactoring. So each run also records its behaviour: a few
 numbers its program computes from the run's own configuration that any change to training

@@ -68,7 +68,7 @@ def _without_seeds(config: dict) -> str:
 
 def study_budget(name: str, scale: str) -> StudyBudget:
     """The budget of one study at `scale`, read from its store (driver.stored_out)."""
-    from verify.studies import driver
+    from verify.studies import driver, provenance
     from verify.studies.store import RunStore
 
     _, runs = driver.expand(name, scale)
@@ -77,7 +77,7 @@ def study_budget(name: str, scale: str) -> StudyBudget:
     if store.is_file():
         with RunStore(store, readonly=True) as s:
             rows = [r for r in s.rows() if r["status"] == "done" and r["seconds"]]
-    judge = behaviour.Judge(runs[0].program, driver.code_fingerprint(runs[0].program))
+    judge = behaviour.Judge(runs[0].program, provenance.code_fingerprint(runs[0].program))
     by_key = {r["key"]: r for r in rows}
     twins: dict[str, list[float]] = {}
     for r in rows:

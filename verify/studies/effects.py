@@ -100,7 +100,7 @@ def effects_table(study: str, scale: str, out: Path, keys: set[str] | None = Non
                   fingerprint: str | None = None, plan: verdicts.Plan | None = None) -> dict:
     """The table of the runs in `keys` (the study's grid as it is now), or of every stored
     run; runs of an older grid left in the store are counted, not shown. With `fingerprint`
-    (verify.study.code_fingerprint()), runs made by other or unknown code are marked. The
+    (verify.studies.provenance.code_fingerprint()), runs made by other or unknown code are marked. The
     verdicts follow `plan`, by default the study file's (`verdicts:`; none for a study with
     no file)."""
     if plan is None:

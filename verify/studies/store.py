@@ -36,7 +36,7 @@ CREATE TABLE IF NOT EXISTS runs (
     attempts INTEGER NOT NULL DEFAULT 0,
     updated  REAL NOT NULL,      -- Unix time of the last change
     code_version     TEXT,       -- the project's version that made the result (NULL: unknown)
-    code_fingerprint TEXT,       -- verify.study.code_fingerprint() of that code (NULL: unknown)
+    code_fingerprint TEXT,       -- verify.studies.provenance.code_fingerprint() of that code (NULL: unknown)
     behaviour        TEXT        -- JSON: the run's behaviour record (verify.studies.behaviour; NULL: none)
 )
 """

@@ -44,18 +44,18 @@ def generate(name: str) -> str:
         return budget.format_budget(budget.budget_table(SCALE, 2)) + "\n"
     if name == "grids":
         return grids_table() + "\n"
-    from verify.studies import driver
+    from verify.studies import driver, grids, provenance
 
     if name not in driver.study_names():
         raise ValueError(f"README block {name!r}: not a study, nor `budget`")
     _, runs = driver.expand(name, SCALE)
     program = runs[0].program
-    store = driver.PACKAGED_RESULTS_DIR / name / SCALE
+    store = grids.PACKAGED_RESULTS_DIR / name / SCALE
     if not (store / "study.sqlite").is_file():
         return f"*No committed {SCALE}-scale store for `{name}` yet.*\n"
     report = driver.PROGRAMS[program].report_module()
     table = report.effects_table(name, SCALE, store, keys={r.key for r in runs},
-                                 fingerprint=driver.code_fingerprint(program))
+                                 fingerprint=provenance.code_fingerprint(program))
     head = _head(name, store, {r.key for r in runs}, table)
     if program != driver.DEFAULT_PROGRAM:
         return head + _demote(report.format_markdown(table, runs=False)) + "\n"
@@ -68,7 +68,7 @@ def generate(name: str) -> str:
 
 def grids_table() -> str:
     """Each study's runs at every scale, and what its committed cpu store holds."""
-    from verify.studies import behaviour, driver
+    from verify.studies import behaviour, driver, grids, provenance
     from verify.studies.store import RunStore
 
     lines = ["| study | program | " + " | ".join(driver.SCALES)
@@ -77,13 +77,13 @@ def grids_table() -> str:
     for name in driver.study_names():
         counts = {scale: driver.expand(name, scale)[1] for scale in driver.SCALES}
         program = counts[SCALE][0].program
-        store = driver.PACKAGED_RESULTS_DIR / name / SCALE / "study.sqlite"
+        store = grids.PACKAGED_RESULTS_DIR / name / SCALE / "study.sqlite"
         held = "—"
         if store.is_file():
             keys = {r.key for r in counts[SCALE]}
             with RunStore(store, readonly=True) as s:
                 done = [r for r in s.rows() if r["status"] == "done" and r["key"] in keys]
-            judge = behaviour.Judge(program, driver.code_fingerprint(program))
+            judge = behaviour.Judge(program, provenance.code_fingerprint(program))
             held = f"{len(done)} ({sum(judge(r) == behaviour.CURRENT for r in done)})"
         lines.append(f"| `{name}` | {program} | " + " | ".join(f"{len(counts[s]):,}" for s in driver.SCALES)
                      + f" | {held} |")

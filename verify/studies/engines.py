@@ -1,0 +1,86 @@
+"""The engines that execute a study's pending runs: `serial` (in this process) and `ray` (one
+Ray task per run, or per pack, on the cluster verify.studies.ray_cluster joined). Each yields
+(run, result) as results arrive.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from verify.studies.execution import run_one, run_pack
+from verify.studies.grids import Run
+
+# ----------------------------------------------------------------------------- engines
+
+@dataclass(frozen=True)
+class Execution:
+    """How a study's runs execute: the device, accelerators per Ray task, the checkpoint
+    interval (None: verify.sgd's), and runs per pack (1: each alone)."""
+
+    device: str = "cpu"
+    gpus_per_run: float = 0.0
+    checkpoint_minutes: float | None = None
+    pack: int = 1
+
+
+def pack_key(run: Run) -> str:
+    """Runs with one key can share a pack: all of a run's settings but its seed, split and
+    held-out fraction (which change its data, not its student's shape or training)."""
+    from verify.studies.store import config_key
+
+    return config_key({k: v for k, v in run.config.items() if k not in ("seed", "split", "held_out")})
+
+
+def units(pending: list[Run], pack: int) -> list[list[Run]]:
+    """The pending runs in packs of at most `pack` runs of one pack_key (in grid order)."""
+    groups: dict[str, list[Run]] = {}
+    for run in pending:
+        groups.setdefault(pack_key(run), []).append(run)
+    return [g[i:i + pack] for g in groups.values() for i in range(0, len(g), pack)]
+
+
+def _run_dir(out: Path, run: Run) -> str:
+    return str(out / "runs" / run.key[:16])
+
+
+def _execute_unit(unit: list[Run], out: Path, how: Execution) -> list[dict]:
+    if len(unit) == 1:
+        return [run_one(unit[0].argv, _run_dir(out, unit[0]), how.device, how.checkpoint_minutes,
+                        unit[0].program)]
+    return run_pack([r.argv for r in unit], [_run_dir(out, r) for r in unit], how.device,
+                    how.checkpoint_minutes)
+
+
+def serial(pending: list[Run], out: Path, how: Execution, on_start):
+    for unit in units(pending, how.pack):
+        for run in unit:
+            on_start(run)
+        yield from zip(unit, _execute_unit(unit, out, how), strict=True)
+
+
+
+def ray_engine(pending: list[Run], out: Path, how: Execution, on_start):
+    """One Ray task per run, or per pack, on the cluster connect_ray joined; results as they
+    finish."""
+    import ray
+
+    # Named for what it runs: Ray logs ":task_name:run_one" (or run_pack) as a task begins.
+    task = ray.remote(_execute_unit)
+    one, pack = (task.options(name=name, num_cpus=1, num_gpus=how.gpus_per_run, max_retries=0)
+                 for name in ("run_one", "run_pack"))
+    in_flight = {}
+    for unit in units(pending, how.pack):
+        for run in unit:
+            on_start(run)
+        in_flight[(one if len(unit) == 1 else pack).remote(unit, out, how)] = unit
+    while in_flight:
+        ready, _ = ray.wait(list(in_flight), num_returns=1)
+        unit = in_flight.pop(ready[0])
+        try:
+            results = ray.get(ready[0])
+        except ray.exceptions.RayError as e:  # the worker died (killed, out of memory)
+            error = f"{type(e).__name__}: {str(e).splitlines()[0]}"
+            results = [dict(status="failed", error=error, seconds=None, version=None,
+                            fingerprint=None)] * len(unit)
+        yield from zip(unit, results, strict=True)

@@ -1,0 +1,337 @@
+"""Study files and the runs they stand for.
+
+A study is a grid file in the official sweeps' YAML format (`method: grid`, `parameters:
+name: {values: [...]}` or `{value: x}`) whose names are its program's flags (`held_out` for
+--held-out). The program is verify.sgd unless the file names another (`program:`; PROGRAMS
+lists them: verify.images.train runs the controlled image experiment); for verify.sgd, `width`
+and `depth` make an MLP of `depth` equal layers. Its `parameters` are the paper's grid and
+length; `scales: cpu:` and `scales: smoke:` override some of them. An optional `also:` (top
+level for the paper scale, under a scale for that scale) adds grids beside the main one; the
+runs are the union (load_study). A `verdicts:` block states the paper's claims and how they
+are tested (verify.studies.verdicts), a scale's `deviations:` what it changes from the paper.
+
+`expand` resolves every grid point with its program's own parser (a point the program would
+refuse is refused here, before any work) into a Run: its key (a hash of the resolved
+configuration), its configuration and its command line. `default_out` and `stored_out` say
+where a study's store lives.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+from dataclasses import dataclass
+from pathlib import Path
+
+from verify.cli import UsageError
+
+STUDIES_DIR = Path(__file__).parent
+# Where `run` writes by default: relative to the working folder, so that inside the checkout
+# it is the committed stores' folder and anywhere else a new folder of the same path.
+RESULTS_DIR = Path("verify") / "studies" / "results"
+# The committed stores, shipped with the package: read when the working folder has none.
+PACKAGED_RESULTS_DIR = STUDIES_DIR / "results"
+SCALES = ("paper", "cpu", "smoke")
+# Study parameters that are not verify.sgd flags: an MLP of `depth` layers of `width`.
+SHAPE_PARAMETERS = ("width", "depth")
+# Parameters that only some students take.
+STUDENT_ONLY = {**dict.fromkeys(("width", "depth", "shapes", "widths", "init"), ("mlp",)),
+                **dict.fromkeys(("d_model", "n_heads", "n_layers"), ("transformer",)),
+                "d_ffw": ("transformer", "hypernetwork")}
+
+
+@dataclass(frozen=True)
+class Program:
+    """A program a study runs once per grid point. Its module has build_parser, parse_args,
+    run_config (the resolved configuration a run's key hashes), run (the report) and RUNTIME
+    (the flags that do not change a result); `report` names the module that reads a study of
+    it back (effects_table, write_table, format_markdown, export_csv). Both are imported by
+    name, when a study of that program is run or read: the driver sits below the programs
+    it runs (verify.images imports verify.studies, never the reverse)."""
+
+    name: str  # as a user runs it, and as a study file names it
+    module: str
+    report: str
+    run_dir_flag: str  # the flag that gives a run its folder (checkpoints, saved models)
+    # verify.sgd's grid conventions: `width`/`depth` as an MLP's shape, parameters that only
+    # some students or families take, packs of runs and a checkpoint interval.
+    sgd_grid: bool = False
+
+    def load(self):
+        import importlib
+
+        return importlib.import_module(self.module)
+
+    def report_module(self):
+        import importlib
+
+        return importlib.import_module(self.report)
+
+
+DEFAULT_PROGRAM = "verify.sgd"
+PROGRAMS = {p.name: p for p in (
+    Program("verify.sgd", "verify.learning.sgd", "verify.studies.effects", "--checkpoint", sgd_grid=True),
+    Program("verify.images.train", "verify.images.train", "verify.images.study", "--out"),
+)}
+
+
+@dataclass(frozen=True)
+class Run:
+    key: str
+    params: dict  # the grid point, as the study names it
+    config: dict  # the resolved configuration (what the key hashes)
+    argv: tuple[str, ...]  # the program's arguments
+    program: str = DEFAULT_PROGRAM
+
+
+# ----------------------------------------------------------------------------- study files
+
+def study_names() -> list[str]:
+    return sorted(p.stem for p in STUDIES_DIR.glob("*.yaml"))
+
+
+def study_file(name: str) -> Path:
+    """A study by name (verify/studies/NAME.yaml) or by path."""
+    path = Path(name)
+    if path.suffix in (".yaml", ".yml"):
+        if not path.is_file():
+            raise UsageError(f"study file {name!r} does not exist")
+        return path
+    path = STUDIES_DIR / f"{name}.yaml"
+    if not path.is_file():
+        raise UsageError(f"unknown study {name!r}; the studies are {', '.join(study_names())} "
+                         "(or give a .yaml path)")
+    return path
+
+
+def program_parameters(program: str = DEFAULT_PROGRAM) -> set[str]:
+    """Every parameter a study of `program` may set: its flags' destinations but the runtime
+    ones (and, for verify.sgd, width/depth)."""
+    p = PROGRAMS[program]
+    shape = set(SHAPE_PARAMETERS) if p.sgd_grid else set()
+    return (set(_flags(program)) - set(p.load().RUNTIME) - {"help"}) | shape
+
+
+def _grid_entries(where: str, parameters, known) -> dict[str, list]:
+    if not isinstance(parameters, dict) or not parameters:
+        raise UsageError(f"{where}: `parameters` must be a non-empty mapping of name: {{values: [...]}}")
+    out = {}
+    for name, entry in parameters.items():
+        if name not in known:
+            raise UsageError(f"{where}: unknown parameter {name!r}; a study sets its program's flags "
+                             f"({', '.join(sorted(known))})")
+        if not isinstance(entry, dict) or len(set(entry) & {"value", "values"}) != 1 or len(entry) != 1:
+            raise UsageError(f"{where}: parameter {name!r} needs exactly one of `value: x` or "
+                             "`values: [...]`")
+        values = [entry["value"]] if "value" in entry else entry["values"]
+        if not isinstance(values, list) or not values:
+            raise UsageError(f"{where}: parameter {name!r} has an empty grid "
+                             "(`values` must be a non-empty list)")
+        out[name] = values
+    return out
+
+
+def study_program(name: str) -> str:
+    """The program a study runs (its file's `program:`, verify.sgd when it names none)."""
+    return load_study(name, "paper")[2]
+
+
+def _study_yaml(path: Path) -> dict:
+    import yaml
+
+    try:
+        study = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as e:
+        raise UsageError(f"{path}: not valid YAML ({str(e).splitlines()[0]})") from None
+    if not isinstance(study, dict) or study.get("method") != "grid":
+        raise UsageError(f"{path}: a study is a grid file (`method: grid`, `parameters: ...`)")
+    return study
+
+
+def study_plan(name: str, *, missing_ok: bool = False):
+    """The verdicts plan a study file states (its `verdicts:` block: the test its design calls
+    for, the paper's claims and margins; verify.studies.verdicts.plan_of), checked. With
+    missing_ok, a study with no file (a store read under another name) has the default plan."""
+    try:
+        path = study_file(name)
+    except UsageError:
+        if missing_ok:
+            from verify.studies.verdicts import Plan
+
+            return Plan()
+        raise
+    return _plan_of(_study_yaml(path), path)
+
+
+def study_deviations(name: str, scale: str) -> list[str]:
+    """What a study's scale changes from the paper's setup (its `deviations:` list under the
+    scale), stated beside every result it touches: the effects table's notes, the figures'
+    titles. [] for the paper scale, or a study with no file."""
+    try:
+        study = _study_yaml(study_file(name))
+    except UsageError:
+        return []
+    block = (study.get("scales") or {}).get(scale) or {}
+    found = block.get("deviations") or []
+    if not isinstance(found, list) or not all(isinstance(d, str) for d in found):
+        raise UsageError(f"{name}: `deviations` under scale {scale} must be a list of sentences")
+    return found
+
+
+def _plan_of(study: dict, path: Path):
+    from verify.studies import verdicts
+
+    try:
+        return verdicts.plan_of(study.get("verdicts"), f"{path}: verdicts")
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+
+
+def load_study(name: str, scale: str) -> tuple[str, list[dict[str, list]], str]:
+    """(the study's name, its grids at `scale`: each a mapping parameter → values, the program
+    it runs), checked.
+
+    A scale's `also:` (a list of `parameters:` blocks) adds grids beside the scale's own: each
+    is the scale's grid with that block's parameters replacing or adding to it. The runs are
+    the union of the grids' products (a run in two of them is run once). This lets a study
+    add a ladder along one parameter at a few points of another without multiplying every
+    run (width-vs-M: a held-out-fraction ladder at the widest rung only)."""
+    path = study_file(name)
+    study = _study_yaml(path)
+    _plan_of(study, path)  # a bad `verdicts:` block is refused before any run
+    if scale not in SCALES:
+        raise UsageError(f"unknown scale {scale!r}; use one of {', '.join(SCALES)}")
+    program = study.get("program", DEFAULT_PROGRAM)
+    if program not in PROGRAMS:
+        raise UsageError(f"{path}: unknown program {program!r}; a study runs one of {', '.join(PROGRAMS)}")
+    known = program_parameters(program)
+    grid = _grid_entries(str(path), study.get("parameters"), known)
+    scales = study.get("scales") or {}
+    unknown = set(scales) - set(SCALES[1:])
+    if unknown:
+        raise UsageError(f"{path}: unknown scale {sorted(unknown)[0]!r} under `scales` (allowed: cpu, smoke)")
+    also = study.get("also") or []
+    if scale != "paper":
+        if scale not in scales:
+            raise UsageError(f"{path}: the study has no {scale!r} scale")
+        where = f"{path} (scale {scale})"
+        block = scales[scale] or {}
+        grid |= _grid_entries(where, block.get("parameters"), known)
+        also = block.get("also") or []
+    else:
+        where = str(path)
+    if not isinstance(also, list) or not all(isinstance(a, dict) and set(a) == {"parameters"} for a in also):
+        raise UsageError(f"{where}: `also` must be a list of `parameters:` blocks")
+    extra = [grid | _grid_entries(f"{where}, also[{i}]", a["parameters"], known) for i, a in enumerate(also)]
+    return str(study.get("name") or path.stem), [grid, *extra], program
+
+
+@functools.cache
+def _flags(program: str = DEFAULT_PROGRAM) -> dict[str, str]:
+    """The program's flag for each destination (--held-out for held_out)."""
+    parser = PROGRAMS[program].load().build_parser()
+    return {a.dest: a.option_strings[-1] for a in parser._actions if a.option_strings}
+
+
+@functools.cache
+def _switches(program: str = DEFAULT_PROGRAM) -> frozenset[str]:
+    """The destinations of the program's flags that take no value (store_true)."""
+    parser = PROGRAMS[program].load().build_parser()
+    return frozenset(a.dest for a in parser._actions if a.option_strings and a.nargs == 0)
+
+
+def own_parameters(params: dict, program: str = DEFAULT_PROGRAM) -> dict:
+    """The grid point's parameters that apply to its run. A verify.sgd grid that crosses
+    students (the scaling-law sweep: mlp and transformer) sets both students' sizes; each run
+    takes its own student's. Likewise a grid that crosses task families sets each family's own
+    settings; each run takes its own family's. Another program's runs take every parameter."""
+    if not PROGRAMS[program].sgd_grid:
+        return dict(params)
+    from verify.learning.sgd import DEFAULT_FAMILY, FAMILY_FLAGS
+
+    student = params.get("student", "mlp")
+    params = {k: v for k, v in params.items() if k not in STUDENT_ONLY or student in STUDENT_ONLY[k]}
+    family = params.get("family", DEFAULT_FAMILY)
+    return {k: v for k, v in params.items()
+            if not any(k in own for f, own in FAMILY_FLAGS.items() if f != family)}
+
+
+def program_argv(params: dict, program: str = DEFAULT_PROGRAM) -> list[str]:
+    """The program's arguments for one grid point (a list value: a flag of several values)."""
+    flags = _flags(program)
+    params = own_parameters(params, program)
+    sgd_grid = PROGRAMS[program].sgd_grid
+    argv: list[str] = []
+    for name, value in params.items():
+        if sgd_grid and name in SHAPE_PARAMETERS:
+            continue
+        if name in _switches(program):  # a switch: its flag when true, nothing when false
+            if not isinstance(value, bool):
+                raise UsageError(f"parameter {name!r} is a switch: its value is true or false, not {value!r}")
+            argv += [flags[name]] * value
+            continue
+        argv.append(flags[name])
+        argv += [str(v) for v in value] if isinstance(value, list) else [str(value)]
+    if sgd_grid and ("width" in params or "depth" in params):
+        width, depth = params.get("width", 1024), params.get("depth", 4)
+        argv += ["--shapes", "custom", "--widths", *[str(width)] * int(depth)]
+    return argv
+
+
+def expand(name: str, scale: str) -> tuple[str, list[Run]]:
+    """Every run of the study at `scale`, resolved by its program's own parser (so a grid
+    point it would refuse is refused here, before any work)."""
+    from verify.studies.store import config_key
+
+    study, grids, program = load_study(name, scale)
+    module = PROGRAMS[program].load()
+    runs, seen, used = [], set(), set()
+    points = (dict(zip(grid, values, strict=True))
+              for grid in grids for values in itertools.product(*grid.values()))
+    for params in points:
+        used |= set(own_parameters(params, program))
+        argv = program_argv(params, program)
+        try:
+            args = module.parse_args([*argv, "--no-progress"])
+        except UsageError as e:
+            raise UsageError(f"study {study}, grid point {params}: {e}") from None
+        config = module.run_config(args)
+        key = config_key(config)
+        if key not in seen:
+            seen.add(key)
+            runs.append(Run(key, params, config, tuple(argv), program))
+    # A parameter that no grid point's student or family takes would be silently ignored.
+    unused = sorted(set().union(*grids) - used)
+    if unused:
+        raise UsageError(f"study {study}: parameter {unused[0]!r} applies to no grid point (its task family "
+                         "or student is never selected)")
+    return study, runs
+
+
+
+
+def default_out(name: str, scale: str) -> Path:
+    """Where `run` writes by default: verify/studies/results/STUDY/SCALE under the working folder."""
+    return RESULTS_DIR / Path(name).stem / scale
+
+
+def stored_out(name: str, scale: str) -> Path:
+    """Where `report`, `export`, `list` and figure 9 read by default: the working folder's
+    store when it has one, else the committed store shipped with the package (when that has
+    one), else the working folder's (which then holds nothing: the caller says so)."""
+    here = default_out(name, scale)
+    if (here / "study.sqlite").is_file():
+        return here
+    shipped = PACKAGED_RESULTS_DIR / Path(name).stem / scale
+    return shipped if (shipped / "study.sqlite").is_file() else here
+
+
+
+def check_packable_grid(runs: list[Run]) -> None:
+    """--pack takes runs of one student each: refuse a grid whose runs train several."""
+    for run in runs:
+        c = run.config
+        if c.get("student", "mlp") == "mlp" and len(c.get("shapes") or []) != 1:
+            raise UsageError(f"--pack: a run of this grid trains {len(c.get('shapes') or [])} students of "
+                             f"different shapes (--shapes {' '.join(c.get('shapes') or [])}); a pack takes "
+                             "runs of one student each (give the grid one shape, or width and depth)")
