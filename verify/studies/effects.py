@@ -28,6 +28,7 @@ from verify import cli
 from verify.learning.families import FAMILIES
 from verify.learning.records import mean_sd, records_of
 from verify.studies import behaviour, verdicts
+from verify.studies.grids import study_analysis, study_deviations, study_plan
 from verify.studies.store import RunStore
 
 # The paper's held-out R² by encoding (hyperteacher, M = 16, K = 3, MLP).
@@ -36,10 +37,6 @@ PAPER_ENCODING_R2 = {"identity": 1.00, "orthogonal": 1.00, "tokens": 1.00, "inve
 # Per family, the paper's held-out number by encoding (none stated here for the preference grid).
 PAPER_ENCODING = {"hyperteacher": PAPER_ENCODING_R2}
 CONVERGED_R2 = FAMILIES["hyperteacher"].convergence[1]  # training R² a hyperteacher run must reach
-# Studies whose report adds an analysis of their own below the table: study name → the module
-# (imported only for that study) whose analyse_runs(done runs) gives it, as plain data, and whose
-# format_analysis(that) prints it. Every other study's table is unchanged.
-ANALYSES = {"width-vs-M": "verify.studies.width"}
 
 
 def family_of(report: dict):
@@ -104,8 +101,6 @@ def effects_table(study: str, scale: str, out: Path, keys: set[str] | None = Non
     verdicts follow `plan`, by default the study file's (`verdicts:`; none for a study with
     no file)."""
     if plan is None:
-        from verify.studies.driver import study_plan
-
         plan = study_plan(study, missing_ok=True)
     judge = behaviour.Judge("verify.sgd", fingerprint) if fingerprint else None
     with RunStore(out / "study.sqlite", readonly=True) as store:
@@ -171,7 +166,6 @@ def effects_table(study: str, scale: str, out: Path, keys: set[str] | None = Non
             row["paper_held_out_r2"] = PAPER_ENCODING.get(row["family"], {}).get(row["encoding"])
         notes.append("paper_held_out_r2: the paper's held-out R² for the encoding (hyperteacher, M = 16, "
                      "K = 3, 4×1024 MLP, 300k steps)")
-    from verify.studies.driver import study_deviations
 
     notes += [f"deviation from the paper at this scale: {d}" for d in study_deviations(study, scale)]
     _claim_effects(rows, varying, notes, plan, seed_values)
@@ -195,15 +189,10 @@ def effects_table(study: str, scale: str, out: Path, keys: set[str] | None = Non
     table = dict(study=study, scale=scale, runs_done=len(done), runs_failed=len(failed), group_by=varying,
                  columns=columns, rows=rows, notes=notes, code_fingerprint=fingerprint,
                  runs_other_code=len(other), runs_unknown_code=len(unknown))
-    if study in ANALYSES:
-        table["analysis"] = _analysis_module(study).analyse_runs(done)
+    analysis = study_analysis(study)  # the study file's `analysis:` (verify.studies.interfaces)
+    if analysis is not None:
+        table["analysis"] = analysis.analyse_runs(done)
     return table
-
-
-def _analysis_module(study: str):
-    import importlib
-
-    return importlib.import_module(ANALYSES[study])
 
 
 def contrasts(plan: verdicts.Plan, varying: list[str]) -> list[tuple[str, object]]:
@@ -302,7 +291,7 @@ def format_markdown(table: dict) -> str:
     if table["notes"]:
         lines += [""] + [f"- {n}" for n in table["notes"]]
     if "analysis" in table:
-        lines += ["", _analysis_module(table["study"]).format_analysis(table["analysis"])]
+        lines += ["", study_analysis(table["study"]).format_analysis(table["analysis"])]
     return "\n".join(lines)
 
 

@@ -8,7 +8,8 @@ and `depth` make an MLP of `depth` equal layers. Its `parameters` are the paper'
 length; `scales: cpu:` and `scales: smoke:` override some of them. An optional `also:` (top
 level for the paper scale, under a scale for that scale) adds grids beside the main one; the
 runs are the union (load_study). A `verdicts:` block states the paper's claims and how they
-are tested (verify.studies.verdicts), a scale's `deviations:` what it changes from the paper.
+are tested (verify.studies.verdicts), a scale's `deviations:` what it changes from the paper,
+and `analysis:` a module that adds its own section to the report (verify.studies.interfaces).
 
 `expand` resolves every grid point with its program's own parser (a point the program would
 refuse is refused here, before any work) into a Run: its key (a hash of the resolved
@@ -163,6 +164,32 @@ def study_plan(name: str, *, missing_ok: bool = False):
     return _plan_of(_study_yaml(path), path)
 
 
+def study_analysis(name: str):
+    """The analysis module a study file names (`analysis: MODULE`, e.g. verify.studies.width),
+    imported; None for a study without one or with no file. It must follow
+    verify.studies.interfaces.StudyAnalysis."""
+    import importlib
+
+    try:
+        study = _study_yaml(study_file(name))
+    except UsageError:
+        return None
+    module = study.get("analysis")
+    if module is None:
+        return None
+    from verify.studies.interfaces import StudyAnalysis
+
+    if not isinstance(module, str) or not module.startswith("verify."):
+        raise UsageError(f"{name}: `analysis` names a module of this project (verify.…), got {module!r}")
+    try:
+        found = importlib.import_module(module)
+    except ImportError:
+        raise UsageError(f"{name}: `analysis` names {module!r}, which does not import") from None
+    if not isinstance(found, StudyAnalysis):
+        raise UsageError(f"{name}: `analysis` module {module} lacks analyse_runs or format_analysis")
+    return found
+
+
 def study_deviations(name: str, scale: str) -> list[str]:
     """What a study's scale changes from the paper's setup (its `deviations:` list under the
     scale), stated beside every result it touches: the effects table's notes, the figures'
@@ -199,6 +226,7 @@ def load_study(name: str, scale: str) -> tuple[str, list[dict[str, list]], str]:
     path = study_file(name)
     study = _study_yaml(path)
     _plan_of(study, path)  # a bad `verdicts:` block is refused before any run
+    study_analysis(name)  # and a bad `analysis:`
     if scale not in SCALES:
         raise UsageError(f"unknown scale {scale!r}; use one of {', '.join(SCALES)}")
     program = study.get("program", DEFAULT_PROGRAM)

@@ -60,9 +60,8 @@ def generate(name: str) -> str:
     if program != driver.DEFAULT_PROGRAM:
         return head + _demote(report.format_markdown(table, runs=False)) + "\n"
     if "analysis" in table:
-        from verify.studies import width
-
-        return head + _demote(width.format_analysis(table["analysis"], compact=True)) + "\n"
+        analysis = grids.study_analysis(name)
+        return head + _demote(analysis.format_analysis(table["analysis"], compact=True)) + "\n"
     return head + compact_table(table) + "\n"
 
 

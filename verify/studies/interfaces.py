@@ -1,0 +1,54 @@
+"""What the study side asks of the modules it runs and reads, declared once.
+
+- A **program** (a study's `program:`, verify.sgd's verify.learning.sgd unless it names
+  another; grids.PROGRAMS lists them) turns one grid point into a result: `build_parser` and
+  `parse_args` (the point's flags, refused in one line before any work), `run_config` (the
+  resolved configuration a run's key hashes), `run` (the report, JSON-able) and `RUNTIME`
+  (the flags that change no result). It may define `behaviour` (verify.studies.behaviour's
+  record of a run: a few numbers any change to its training or scoring moves).
+- A **report** module (a program's `report`) reads a study's store back: `effects_table`,
+  `write_table`, `format_markdown` and `export_csv`.
+- An **analysis** module (a study file's `analysis:`, e.g. width-vs-M's verify.studies.width)
+  adds its own section below the effects table: `analyse_runs` (the done runs → plain data)
+  and `format_analysis` (that data → markdown; `compact=True` for the README's block).
+
+tests/test_study_interfaces.py holds every program, report and analysis module named in
+grids.PROGRAMS and the study files to these protocols.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Protocol, runtime_checkable
+
+
+@runtime_checkable
+class StudyProgram(Protocol):
+    RUNTIME: tuple[str, ...]
+
+    def build_parser(self): ...
+
+    def parse_args(self, argv): ...
+
+    def run_config(self, args) -> dict: ...
+
+    def run(self, args) -> dict: ...
+
+
+@runtime_checkable
+class StudyReport(Protocol):
+    def effects_table(self, study: str, scale: str, out: Path, keys: set[str] | None = None,
+                      fingerprint: str | None = None) -> dict: ...
+
+    def write_table(self, table: dict, out: Path) -> None: ...
+
+    def format_markdown(self, table: dict) -> str: ...
+
+    def export_csv(self, out: Path, path: Path) -> int: ...
+
+
+@runtime_checkable
+class StudyAnalysis(Protocol):
+    def analyse_runs(self, runs: list[dict]) -> dict: ...
+
+    def format_analysis(self, analysis: dict, compact: bool = False) -> str: ...
