@@ -97,48 +97,83 @@ def effects_table(study: str, scale: str, out: Path, keys: set[str] | None = Non
                   fingerprint: str | None = None, plan: verdicts.Plan | None = None) -> dict:
     """The table of the runs in `keys` (the study's grid as it is now), or of every stored
     run; runs of an older grid left in the store are counted, not shown. With `fingerprint`
-    (verify.studies.provenance.code_fingerprint()), runs made by other or unknown code are marked. The
-    verdicts follow `plan`, by default the study file's (`verdicts:`; none for a study with
-    no file)."""
-    if plan is None:
-        plan = study_plan(study, missing_ok=True)
+    (verify.studies.provenance.code_fingerprint()), runs made by other or unknown code are
+    marked. The verdicts follow `plan`, by default the study file's (`verdicts:`; none for a
+    study with no file)."""
+    plan = plan if plan is not None else study_plan(study, missing_ok=True)
     judge = behaviour.Judge("verify.sgd", fingerprint) if fingerprint else None
+    done, failed, old_grid = _read_runs(out, keys)
+    varying = varying_settings(done)
+    rows, seed_values, metric_columns = _rows(done, varying, judge, fingerprint)
+    stale = {c: [r for r in done if code_of(r, judge) == c] if fingerprint else []
+             for c in ("other", "unknown")}
+    notes = _code_notes(study, scale, stale, len(done), fingerprint)
+    notes += _paper_encoding(rows, varying)
+    notes += [f"deviation from the paper at this scale: {d}" for d in study_deviations(study, scale)]
+    _claim_effects(rows, varying, notes, plan, seed_values)
+    notes += _completeness_notes(rows, len(done), len(failed), len(old_grid), keys)
+    columns = [*varying, "network", "runs", "n_train", *dict.fromkeys(metric_columns), "converged",
+               *[c for c in ("paper_held_out_r2", "paper_effect", "effect_vs_random", "compared_with",
+                             "effect", "test", "agrees")
+                 if any(c in r for r in rows)],
+               *(["code"] if stale["other"] or stale["unknown"] else [])]
+    table = dict(study=study, scale=scale, runs_done=len(done), runs_failed=len(failed), group_by=varying,
+                 columns=columns, rows=rows, notes=notes, code_fingerprint=fingerprint,
+                 runs_other_code=len(stale["other"]), runs_unknown_code=len(stale["unknown"]))
+    analysis = study_analysis(study)  # the study file's `analysis:` (verify.studies.interfaces)
+    if analysis is not None:
+        table["analysis"] = analysis.analyse_runs(done)
+    return table
+
+
+def _read_runs(out: Path, keys: set[str] | None) -> tuple[list[dict], list[dict], list[dict]]:
+    """(done, failed) runs of the grid `keys` (every stored run when None), and the stored
+    runs of an older grid."""
     with RunStore(out / "study.sqlite", readonly=True) as store:
         runs = store.rows()
     old_grid = [r for r in runs if keys is not None and r["key"] not in keys]
     runs = [r for r in runs if keys is None or r["key"] in keys]
-    done = [r for r in runs if r["status"] == "done"]
-    failed = [r for r in runs if r["status"] == "failed"]
-    settings = sorted({k for r in done for k in r["config"]})
-    # A setting varies when it varies among the runs of one family: in a grid that crosses
-    # the families, each family's own settings are absent from the other's runs.
+    return ([r for r in runs if r["status"] == "done"], [r for r in runs if r["status"] == "failed"],
+            old_grid)
+
+
+def varying_settings(done: list[dict]) -> list[str]:
+    """The settings the table groups by: every one but the seed that varies among the runs of
+    one family (in a grid that crosses the families, each family's own settings are absent
+    from the other's runs), and the family itself where there are two."""
     by_family: dict[str, list] = {}
     for r in done:
         by_family.setdefault(r["config"].get("family", "hyperteacher"), []).append(r)
-    varying = [k for k in settings if k != "seed" and (k == "family" and len(by_family) > 1 or any(
+    settings = sorted({k for r in done for k in r["config"]})
+    return [k for k in settings if k != "seed" and (k == "family" and len(by_family) > 1 or any(
         len({hashable(r["config"].get(k)) for r in runs_of}) > 1 for runs_of in by_family.values()))]
+
+
+def _order(group: tuple) -> tuple:
+    """Numbers by value (M = 8 before 16; widths 64×64 before 256×256), else text."""
+    return tuple((0, v, "") if isinstance(v, int | float) else
+                 (1, v, "") if isinstance(v, tuple) and all(isinstance(x, int | float) for x in v) else
+                 (2, 0, str(v)) for v in group)
+
+
+def _rows(done: list[dict], varying: list[str], judge, fingerprint: str | None):
+    """One row per (varying settings, network): the mean ± sd over seeds of its family's
+    metrics, whether every run converged, and the code that made its runs. Also, per row,
+    {seed: its effect metric} (id(row) → that; the verdicts read it) and the metric columns in
+    order of first use."""
     groups: dict[tuple, list] = {}
     for r in done:
         for s in student_rows(r["report"]):
             group = tuple(hashable(r["config"].get(k)) for k in varying) + (s["network"],)
-            groups.setdefault(group, []).append(s | dict(code=code_of(r, judge),
-                                                         seed=r["config"].get("seed")))
-    rows = []
-    def order(group):  # numbers by value (M = 8 before 16; widths 64×64 before 256×256), else text
-        return tuple((0, v, "") if isinstance(v, int | float) else
-                     (1, v, "") if isinstance(v, tuple) and all(isinstance(x, int | float) for x in v) else
-                     (2, 0, str(v)) for v in group)
-
-    metric_columns: list[str] = []  # in order of first use, over the families present
-    seed_values: dict[int, dict] = {}  # id(row) → {seed: the row's effect metric in that seed's run}
-    for group, members in sorted(groups.items(), key=lambda kv: order(kv[0])):
+            member = s | dict(code=code_of(r, judge), seed=r["config"].get("seed"))
+            groups.setdefault(group, []).append(member)
+    rows, seed_values, metric_columns = [], {}, []
+    for group, members in sorted(groups.items(), key=lambda kv: _order(kv[0])):
         family = FAMILIES[members[0]["family"]]
-        row = dict(zip([*varying, "network"], group, strict=True), runs=len(members), family=family.name)
-        row["n_train"] = members[0]["n_train"]
+        row = dict(zip([*varying, "network"], group, strict=True), runs=len(members), family=family.name,
+                   n_train=members[0]["n_train"])
         names = [c for c, _, _ in family.effects_metrics]
-        for metric in [*names, "probe_r2"]:
-            row[f"{metric}_mean"], row[f"{metric}_sd"] = mean_sd([m[metric] for m in members])
-        for metric, _, _ in family.effects_extra:
+        for metric in [*names, "probe_r2", *(m for m, _, _ in family.effects_extra)]:
             row[f"{metric}_mean"], row[f"{metric}_sd"] = mean_sd([m[metric] for m in members])
         metric_columns += [c for m in names for c in (f"{m}_mean", f"{m}_sd")]
         metric_columns += ["probe_r2_mean", *(f"{m}_mean" for m, _, _ in family.effects_extra)]
@@ -150,49 +185,50 @@ def effects_table(study: str, scale: str, out: Path, keys: set[str] | None = Non
         if fingerprint is not None:
             row["code"] = _code_cell([m["code"] for m in members])
         rows.append(row)
-    families = [FAMILIES[f] for f in dict.fromkeys(r["family"] for r in rows)]
+    return rows, seed_values, metric_columns
+
+
+def _code_notes(study: str, scale: str, stale: dict[str, list], n_done: int,
+                fingerprint: str | None) -> list[str]:
+    """The note that says how many runs other or unknown code made, and how to rerun them."""
+    other, unknown = stale["other"], stale["unknown"]
+    if not (other or unknown):
+        return []
+    from verify.studies.driver import stale_line
+
+    return [stale_line(len(other) + len(unknown), n_done, len(unknown),
+                       sorted({r["code_fingerprint"] for r in other}), fingerprint,
+                       f"`python -m verify.study run {study} --scale {scale} --rerun-stale`")
+            + "; the `code` column says which rows"]
+
+
+def _paper_encoding(rows: list[dict], varying: list[str]) -> list[str]:
+    """The paper's held-out number beside each encoding's row, where the family has one."""
+    if "encoding" not in varying or not any(r["family"] in PAPER_ENCODING for r in rows):
+        return []
+    for row in rows:
+        row["paper_held_out_r2"] = PAPER_ENCODING.get(row["family"], {}).get(row["encoding"])
+    return ["paper_held_out_r2: the paper's held-out R² for the encoding (hyperteacher, M = 16, K = 3, "
+            "4×1024 MLP, 300k steps)"]
+
+
+def _completeness_notes(rows: list[dict], n_done: int, n_failed: int, n_old: int,
+                        keys: set[str] | None) -> list[str]:
+    """What the table lacks: unconverged rows, failed runs, an older grid's runs, missing runs."""
     notes = []
-    other = [r for r in done if code_of(r, judge) == "other"] if fingerprint else []
-    unknown = [r for r in done if code_of(r, judge) == "unknown"] if fingerprint else []
-    if other or unknown:
-        from verify.studies.driver import stale_line
-
-        notes.append(stale_line(len(other) + len(unknown), len(done), len(unknown),
-                                sorted({r["code_fingerprint"] for r in other}), fingerprint,
-                                f"`python -m verify.study run {study} --scale {scale} --rerun-stale`")
-                     + "; the `code` column says which rows")
-    if "encoding" in varying and any(r["family"] in PAPER_ENCODING for r in rows):
-        for row in rows:
-            row["paper_held_out_r2"] = PAPER_ENCODING.get(row["family"], {}).get(row["encoding"])
-        notes.append("paper_held_out_r2: the paper's held-out R² for the encoding (hyperteacher, M = 16, "
-                     "K = 3, 4×1024 MLP, 300k steps)")
-
-    notes += [f"deviation from the paper at this scale: {d}" for d in study_deviations(study, scale)]
-    _claim_effects(rows, varying, notes, plan, seed_values)
     unconverged = sum(not r["converged"] for r in rows)
     if unconverged:
+        families = [FAMILIES[f] for f in dict.fromkeys(r["family"] for r in rows)]
         rule = " or ".join(f"training {f.convergence[0]} < {f.convergence[1]}" for f in families)
         notes.append(f"{unconverged} of {len(rows)} rows did not converge ({rule} in some run): their "
                      "held-out numbers measure an undertrained network too")
-    if failed:
-        notes.append(f"{len(failed)} runs failed (python -m verify.study export shows each error)")
-    if old_grid:
-        notes.append(f"{len(old_grid)} stored runs belong to an earlier version of the grid and are left out")
-    if keys is not None and len(done) + len(failed) < len(keys):
-        missing = len(keys) - len(done) - len(failed)
-        notes.append(f"{missing} of the grid's {len(keys)} runs have no result yet")
-    columns = [*varying, "network", "runs", "n_train", *dict.fromkeys(metric_columns), "converged",
-               *[c for c in ("paper_held_out_r2", "paper_effect", "effect_vs_random", "compared_with",
-                             "effect", "test", "agrees")
-                 if any(c in r for r in rows)],
-               *(["code"] if other or unknown else [])]
-    table = dict(study=study, scale=scale, runs_done=len(done), runs_failed=len(failed), group_by=varying,
-                 columns=columns, rows=rows, notes=notes, code_fingerprint=fingerprint,
-                 runs_other_code=len(other), runs_unknown_code=len(unknown))
-    analysis = study_analysis(study)  # the study file's `analysis:` (verify.studies.interfaces)
-    if analysis is not None:
-        table["analysis"] = analysis.analyse_runs(done)
-    return table
+    if n_failed:
+        notes.append(f"{n_failed} runs failed (python -m verify.study export shows each error)")
+    if n_old:
+        notes.append(f"{n_old} stored runs belong to an earlier version of the grid and are left out")
+    if keys is not None and n_done + n_failed < len(keys):
+        notes.append(f"{len(keys) - n_done - n_failed} of the grid's {len(keys)} runs have no result yet")
+    return notes
 
 
 def contrasts(plan: verdicts.Plan, varying: list[str]) -> list[tuple[str, object]]:

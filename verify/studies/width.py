@@ -550,7 +550,6 @@ def analyse(points: list[dict], criteria=CRITERIA, norms: dict[int, float] | Non
     the training tasks needed where the runs vary the held-out fraction at a fixed width, and
     each ladder's mean curves (for the figure). `norms`: each seed's readout norm a
     (readout_norms); without them the construction's units are left out."""
-    from theory.bounds import n_tasks
     from verify.learning.families import FAMILIES
 
     converged_r2 = FAMILIES["hyperteacher"].convergence[1]  # training R² a run must reach
@@ -569,41 +568,69 @@ def analyse(points: list[dict], criteria=CRITERIA, norms: dict[int, float] | Non
         left = f"; {n} runs of another length have no twin (left out)" if n else ""
         notes.append(f"longer-run check: {check['crossed']} of {check['longer']} longer runs reach a "
                      f"threshold their {steps}-step twin misses{left}")
+    construction = [] if norms is None else _construction(criteria, Ms, seeds, (I, H, K), norms, output_sd)
+    memorisation = _memorisation(Ms, K, H)
+    ladders = _ladders(points, "width")
+    widths = _width_fits(points, ladders, criteria, Ms, (H, K), construction, converged_r2)
+    tasks = _task_fits(points, criteria, Ms, K, converged_r2)
+    if not tasks:
+        notes.append("training tasks needed: the runs vary no held-out fraction at a fixed width and M")
+    unconverged = [p for p in points if p["train_r2"] is None or p["train_r2"] < converged_r2]
+    if unconverged:
+        notes.append(f"{len(unconverged)} of {len(points)} runs did not converge (training R² < "
+                     f"{converged_r2}); column `unconverged`: how many w* rest on such a run (the rungs "
+                     "that set it), where the width may stand in for too few steps")
+    notes.append("w*: width of each of the `depth` hidden layers; the fit uses each M's geometric mean over "
+                 "seeds where every seed reached w* inside the ladder (not an upper bound); the construction "
+                 "and the memoriser are hidden units in all, the √-memoriser a width")
+    return dict(runs=len(points), steps=steps, longer_run_check=check, teacher=dict(I=I, H=H, O=O, K=K),
+                Ms=Ms, seeds=seeds,
+                criteria=[dict(metric=c.metric, threshold=c.threshold, label=c.label,
+                               higher_is_better=c.higher_is_better, eps=c.matched_eps(output_sd))
+                          for c in criteria],
+                output_sd=output_sd, construction=construction, memorisation=memorisation, widths=widths,
+                tasks=tasks, curves=_curves(ladders), notes=notes)
 
-    construction = []
-    if norms is not None:
-        for c in criteria:
-            eps = c.matched_eps(output_sd)
-            per_M = []
-            for M in Ms:
-                per_seed = [construction_units(I, H, M, K, eps, norms[s]) for s in seeds]
-                per_M.append(dict(M=M, eps=eps, N=[u["N"] for u in per_seed],
-                                  eps_term=float(np.mean([u["eps_term"] for u in per_seed])), M_term=M,
-                                  H_term=H, total=float(np.mean([u["total"] for u in per_seed]))))
-            construction.append(dict(criterion=c.label, eps=eps, per_M=per_M,
-                                     slope=curve_slope(Ms, [u["total"] for u in per_M]),
-                                     M_term_slope=curve_slope(Ms, Ms)))
-    # Two memorisers: one unit per (task, teacher unit), width ∝ tasks; and one whose weights,
-    # ∝ width² at a fixed depth, hold as many numbers: width ∝ √tasks, half the slope.
-    memorisation = dict(per_M=[dict(M=M, units=memorisation_units(M, K, H),
-                                    sqrt_width=math.sqrt(memorisation_units(M, K, H))) for M in Ms],
-                        asymptotic_slope=K, sqrt_asymptotic_slope=K / 2)
-    memorisation["slope"] = curve_slope(Ms, [u["units"] for u in memorisation["per_M"]])
-    memorisation["sqrt_slope"] = curve_slope(Ms, [u["sqrt_width"] for u in memorisation["per_M"]])
 
-    def memo_slope(fit):
-        over = fit["Ms"] if fit["status"] == "fitted" else Ms
-        return curve_slope(over, [memorisation_units(M, K, H) for M in over]) or float(K)
+def _construction(criteria, Ms, seeds, teacher: tuple[int, int, int], norms, output_sd) -> list[dict]:
+    """The construction's hidden units at each criterion's matched ε, per M (mean over the
+    seeds' readout norms), and their slope."""
+    I, H, K = teacher
+    out = []
+    for c in criteria:
+        eps = c.matched_eps(output_sd)
+        per_M = []
+        for M in Ms:
+            per_seed = [construction_units(I, H, M, K, eps, norms[s]) for s in seeds]
+            per_M.append(dict(M=M, eps=eps, N=[u["N"] for u in per_seed],
+                              eps_term=float(np.mean([u["eps_term"] for u in per_seed])), M_term=M,
+                              H_term=H, total=float(np.mean([u["total"] for u in per_seed]))))
+        out.append(dict(criterion=c.label, eps=eps, per_M=per_M,
+                        slope=curve_slope(Ms, [u["total"] for u in per_M]), M_term_slope=curve_slope(Ms, Ms)))
+    return out
 
-    def constr_slope(fit, index):
-        if not construction:
-            return None
-        over = fit["Ms"] if fit["status"] == "fitted" else Ms
-        per = {u["M"]: u["total"] for u in construction[index]["per_M"]}
-        return curve_slope(over, [per[M] for M in over])
+
+def _memorisation(Ms, K: int, H: int) -> dict:
+    """Two memorisers: one unit per (task, teacher unit), width ∝ tasks; and one whose
+    weights, ∝ width² at a fixed depth, hold as many numbers: width ∝ √tasks, half the slope."""
+    out = dict(per_M=[dict(M=M, units=memorisation_units(M, K, H),
+                           sqrt_width=math.sqrt(memorisation_units(M, K, H))) for M in Ms],
+               asymptotic_slope=K, sqrt_asymptotic_slope=K / 2)
+    out["slope"] = curve_slope(Ms, [u["units"] for u in out["per_M"]])
+    out["sqrt_slope"] = curve_slope(Ms, [u["sqrt_width"] for u in out["per_M"]])
+    return out
+
+
+def _width_fits(points, ladders, criteria, Ms, teacher: tuple[int, int], construction,
+                converged_r2) -> list[dict]:
+    """w*(M) per held-out fraction, depth and criterion, its fit over seed means, and its
+    verdict against the memorisers' slopes over the same M."""
+    H, K = teacher
+
+    def over(fit):
+        return fit["Ms"] if fit["status"] == "fitted" else Ms
 
     widths = []
-    ladders = _ladders(points, "width")
     for held_out in sorted({p["held_out"] for p in points}):
         for depth in sorted({p["depth"] for p in points}):
             # A single rung (the training-tasks ladder's other fractions) is no width ladder.
@@ -615,12 +642,22 @@ def analyse(points: list[dict], criteria=CRITERIA, norms: dict[int, float] | Non
                 if not rows:
                     continue
                 fit = _fit_of(rows)
-                memo = memo_slope(fit)
+                memo = curve_slope(over(fit), [memorisation_units(M, K, H) for M in over(fit)]) or float(K)
+                per = {u["M"]: u["total"] for u in construction[i]["per_M"]} if construction else None
                 widths.append(dict(held_out=held_out, depth=depth, criterion=c.label, metric=c.metric,
                                    threshold=c.threshold, per_M=rows, fit=fit,
                                    unconverged=_count_unconverged(rows),
-                                   construction_slope=constr_slope(fit, i), memorisation_slope=memo,
-                                   sqrt_memorisation_slope=memo / 2, verdict=verdict(fit, memo, memo / 2)))
+                                   construction_slope=None if per is None else
+                                   curve_slope(over(fit), [per[M] for M in over(fit)]),
+                                   memorisation_slope=memo, sqrt_memorisation_slope=memo / 2,
+                                   verdict=verdict(fit, memo, memo / 2)))
+    return widths
+
+
+def _task_fits(points, criteria, Ms, K: int, converged_r2) -> list[dict]:
+    """n*(M), the training tasks a held-out criterion needs at the widest rung where the runs
+    vary the held-out fraction, by the interval-censored fit, against all tasks' slope."""
+    from theory.bounds import n_tasks
 
     tasks = []
     by_n = _ladders(points, "n_train")
@@ -643,9 +680,11 @@ def analyse(points: list[dict], criteria=CRITERIA, norms: dict[int, float] | Non
                               unconverged=_count_unconverged(rows),
                               all_tasks=[dict(M=M, tasks=n_tasks(M, K)) for M in Ms],
                               verdict=verdict(fit, all_slope, what="n*", memoriser="all tasks")))
-    if not tasks:
-        notes.append("training tasks needed: the runs vary no held-out fraction at a fixed width and M")
+    return tasks
 
+
+def _curves(ladders) -> list[dict]:
+    """Each ladder's metrics against width, mean and sd over seeds (for figure 11)."""
     curves = []
     for (held_out, depth, M), of_seed in sorted(ladders.items()):
         by_width: dict[int, list[dict]] = {}
@@ -657,21 +696,7 @@ def analyse(points: list[dict], criteria=CRITERIA, norms: dict[int, float] | Non
                            n_train=[by_width[w][0]["n_train"] for w in ws], seeds=len(of_seed),
                            **{f"{m}_{k}": [s[j] for s in stats[m]] for m in stats
                               for j, k in enumerate(("mean", "sd"))}))
-    unconverged = [p for p in points if p["train_r2"] is None or p["train_r2"] < converged_r2]
-    if unconverged:
-        notes.append(f"{len(unconverged)} of {len(points)} runs did not converge (training R² < "
-                     f"{converged_r2}); column `unconverged`: how many w* rest on such a run (the rungs "
-                     "that set it), where the width may stand in for too few steps")
-    notes.append("w*: width of each of the `depth` hidden layers; the fit uses each M's geometric mean over "
-                 "seeds where every seed reached w* inside the ladder (not an upper bound); the construction "
-                 "and the memoriser are hidden units in all, the √-memoriser a width")
-    return dict(runs=len(points), steps=steps, longer_run_check=check, teacher=dict(I=I, H=H, O=O, K=K),
-                Ms=Ms, seeds=seeds,
-                criteria=[dict(metric=c.metric, threshold=c.threshold, label=c.label,
-                               higher_is_better=c.higher_is_better, eps=c.matched_eps(output_sd))
-                          for c in criteria],
-                output_sd=output_sd, construction=construction, memorisation=memorisation, widths=widths,
-                tasks=tasks, curves=curves, notes=notes)
+    return curves
 
 
 def analyse_runs(runs: list[dict]) -> dict:
