@@ -125,3 +125,28 @@ def test_best_layer_and_probe_layers():
              "planted": labels @ _directions(rng, 8, 8) + 0.05 * rng.normal(size=(len(labels), 8))}
     scores = probes.probe_layers(feats, labels, train, test)
     assert list(scores) == ["noise", "planted"] and probes.best_layer(scores) == "planted"
+
+
+def test_the_probe_is_the_anchors_sklearn_pipeline_and_its_convergence_flag_means_what_it_says():
+    """The anchor's make_pipeline(StandardScaler(with_mean=False), MultiOutputClassifier(
+    LogisticRegression(lbfgs, max_iter=100))) predicts what the probe predicts; a fit stopped
+    after one iteration says it did not converge, per bit and per layer."""
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.multioutput import MultiOutputClassifier
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    labels, _, train, test = _table(n_seeds=8)
+    rng = np.random.default_rng(6)
+    X = labels @ rng.normal(size=(labels.shape[1], 10)) + 0.8 * rng.normal(size=(len(labels), 10)) + 3.0
+    anchor = make_pipeline(StandardScaler(with_mean=False),
+                           MultiOutputClassifier(LogisticRegression(max_iter=100, solver="lbfgs")))
+    anchor.fit(X[train], labels[train])
+    probe = probes.fit(X[train], labels[train])
+    np.testing.assert_array_equal(probe.predict(X[test]), anchor.predict(X[test]))
+    want = np.column_stack([p[:, 1] for p in anchor.predict_proba(X[test])])
+    np.testing.assert_allclose(probe.proba(X[test]), want, rtol=1e-10, atol=1e-12)
+    s = probes.probe_layer(X, labels, train, test)
+    assert s["converged"] and s["bits_converged"] == "8 of 8"
+    stopped = probes.probe_layer(X, labels, train, test, max_iter=1)
+    assert not stopped["converged"] and stopped["bits_converged"] == "0 of 8"

@@ -232,7 +232,7 @@ def sample_images(samples: dict) -> np.ndarray:
 
 def decodability(scores: dict) -> dict:
     """The probe's scores per layer as a report shows them."""
-    keys = ("test_f1", "test_exact", "train_f1", "train_exact", "dim", "converged")
+    keys = ("test_f1", "test_exact", "train_f1", "train_exact", "dim", "converged", "bits_converged")
     return {layer: {k: s[k] for k in keys} for layer, s in scores.items()}
 
 

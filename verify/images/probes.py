@@ -1,19 +1,20 @@
 """The decodability probe: can a layer's activations be read out, linearly, as the prompt's label?
 
-Per layer (the anchor's `analysis.train_decoder_with_split`, Florian-toll/compgen-vision, rebuilt):
+Per layer, the anchor's `analysis.train_decoder_with_split` (Florian-toll/compgen-vision) with
+scikit-learn, as it is written there:
 
-1. Standardise each feature with the mean and standard deviation of the training rows (a
-   feature constant on them is only centred). The anchor's StandardScaler(with_mean=False) only
-   scales; with an unpenalised intercept, centring changes no prediction.
-2. One L2-regularised logistic regression per label bit, sklearn's objective with its defaults:
-   0.5·|w|² + C·Σ_rows log-loss, C = 1, intercept not penalised. The bits' problems are
-   independent, so they are solved as one sum with scipy's L-BFGS-B (max_iter iterations; the
-   anchor used 100). A bit that is constant on the training rows (a word no training prompt has,
-   or the rendered family's impossible position bits) is not fitted: it is predicted constant.
-3. Scored on the held-out rows (and, for comparison, on the training rows) by the bits'
-   F1 weighted by their support (sklearn's f1_score(average="weighted") on multilabel data: a
-   bit with no positive has weight 0; all bits without positives give 0) and exact match (every
-   bit right). A bit is predicted 1 when its probability exceeds 0.5.
+1. `StandardScaler(with_mean=False)`, fitted on the training rows: each feature divided by its
+   training standard deviation (a feature constant on them is left as it is).
+2. One `LogisticRegression(solver="lbfgs", max_iter=100)` per label bit (the anchor's
+   `MultiOutputClassifier`; sklearn's defaults otherwise: L2, C = 1, an unpenalised
+   intercept). A bit that is constant on the training rows (a word no training prompt has, or
+   the rendered family's impossible position bits) cannot be fitted (sklearn refuses one
+   class): it is predicted constant. A bit converged when L-BFGS stopped before `max_iter`
+   (its `n_iter_`); a layer's `converged` is every fitted bit's, and `bits_converged` counts.
+3. Scored on the held-out rows (and, for comparison, on the training rows) by sklearn's
+   `f1_score(average="weighted")` (the bits' F1 weighted by their support; a bit with no
+   positive has weight 0) and exact match (`accuracy_score` on multilabel rows: every bit
+   right). A bit is predicted 1 when its probability exceeds 0.5.
 
 `fit` sees only the rows it is given, and `probe_layers` gives it the training rows only: rows
 are images, and the split is by prompt (`PromptSplit.seed_rows`), so no held-out prompt's image
@@ -22,29 +23,34 @@ is ever fitted on. Overlapping row sets are refused.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
+MAX_ITER = 100  # the anchor's
+
 
 @dataclass(frozen=True, eq=False)
 class LinearProbe:
-    """A fitted probe: standardisation, then a logistic regression per bit, or a constant."""
+    """A fitted probe: the scaler, then a logistic regression per bit, or a constant."""
 
-    mean: np.ndarray  # (d,)
-    scale: np.ndarray  # (d,)
+    scale: np.ndarray  # (d,) the scaler's divisor
     weights: np.ndarray  # (d, m), zero for constant bits
     bias: np.ndarray  # (m,)
     constant: np.ndarray  # (m,) the constant prediction (0 or 1), or -1 for fitted bits
-    converged: bool
+    bit_converged: np.ndarray  # (m,) bool: True for constant bits
+
+    @property
+    def converged(self) -> bool:
+        return bool(self.bit_converged.all())
 
     def proba(self, X) -> np.ndarray:
         """(n, m) probabilities of each bit being 1."""
         from scipy.special import expit
 
-        Z = (np.asarray(X, dtype=np.float64) - self.mean) / self.scale
-        p = expit(Z @ self.weights + self.bias)
+        p = expit((np.asarray(X, dtype=np.float64) / self.scale) @ self.weights + self.bias)
         fixed = self.constant >= 0
         p[:, fixed] = self.constant[fixed]
         return p
@@ -54,11 +60,7 @@ class LinearProbe:
         return (self.proba(X) > 0.5).astype(np.uint8)
 
 
-def fit(X, Y, C: float = 1.0, max_iter: int = 100) -> LinearProbe:
-    """The probe of labels Y (n, m) in {0, 1} from features X (n, d), fitted on these rows only."""
-    from scipy.optimize import minimize
-    from scipy.special import expit
-
+def _check(X, Y, C: float) -> tuple[np.ndarray, np.ndarray]:
     X = np.asarray(X, dtype=np.float64)
     Y = np.asarray(Y, dtype=np.float64)
     if X.ndim != 2 or Y.ndim != 2 or len(X) != len(Y) or not len(X):
@@ -69,56 +71,55 @@ def fit(X, Y, C: float = 1.0, max_iter: int = 100) -> LinearProbe:
         raise ValueError("labels must be 0 or 1")
     if not C > 0:
         raise ValueError(f"C must be positive, got {C}")
-    mean = X.mean(axis=0)
-    sd = X.std(axis=0)
-    scale = np.where(sd > 0, sd, 1.0)
-    Z = (X - mean) / scale
-    n, d = Z.shape
-    m = Y.shape[1]
-    first = Y[0]
-    constant = np.where((Y == first).all(axis=0), first, -1.0)
-    free = constant < 0
-    W, b, converged = np.zeros((d, m)), np.zeros(m), True
-    if free.any():
-        Yf = Y[:, free]
-        k = Yf.shape[1]
+    return X, Y
 
-        def objective(theta):
-            Wf, bf = theta[: d * k].reshape(d, k), theta[d * k:]
-            logits = Z @ Wf + bf
-            loss = C * (np.logaddexp(0.0, logits) - Yf * logits).sum() + 0.5 * (Wf**2).sum()
-            residual = C * (expit(logits) - Yf)
-            grad = np.concatenate([(Z.T @ residual + Wf).ravel(), residual.sum(axis=0)])
-            return loss, grad
 
-        result = minimize(objective, np.zeros(d * k + k), jac=True, method="L-BFGS-B",
-                          options={"maxiter": max_iter})
-        W[:, free] = result.x[: d * k].reshape(d, k)
-        b[free] = result.x[d * k:]
-        converged = bool(result.success)
-    return LinearProbe(mean=mean, scale=scale, weights=W, bias=b, constant=constant, converged=converged)
+def fit(X, Y, C: float = 1.0, max_iter: int = MAX_ITER) -> LinearProbe:
+    """The probe of labels Y (n, m) in {0, 1} from features X (n, d), fitted on these rows only."""
+    from sklearn.exceptions import ConvergenceWarning
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.preprocessing import StandardScaler
+
+    X, Y = _check(X, Y, C)
+    scaler = StandardScaler(with_mean=False).fit(X)
+    Z = scaler.transform(X)
+    d, m = X.shape[1], Y.shape[1]
+    constant = np.where((Y == Y[0]).all(axis=0), Y[0], -1.0)
+    W, b, converged = np.zeros((d, m)), np.zeros(m), np.ones(m, dtype=bool)
+    for j in np.flatnonzero(constant < 0):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ConvergenceWarning)  # recorded per bit instead
+            model = LogisticRegression(C=C, solver="lbfgs", max_iter=max_iter).fit(Z, Y[:, j])
+        W[:, j], b[j] = model.coef_[0], model.intercept_[0]
+        converged[j] = int(model.n_iter_[0]) < max_iter
+    return LinearProbe(scale=np.asarray(scaler.scale_, dtype=np.float64), weights=W, bias=b,
+                       constant=constant, bit_converged=converged)
 
 
 def f1_per_bit(Y_true, Y_pred) -> np.ndarray:
-    """(m,) F1 of each bit (0 where it has no positive, true or predicted)."""
-    t = np.asarray(Y_true) != 0
-    p = np.asarray(Y_pred) != 0
-    tp = (t & p).sum(axis=0)
-    denom = t.sum(axis=0) + p.sum(axis=0)
-    return np.where(denom > 0, 2 * tp / np.maximum(denom, 1), 0.0)
+    """(m,) F1 of each bit (0 where it has no positive, true or predicted): sklearn's."""
+    from sklearn.metrics import f1_score
+
+    return np.asarray(f1_score(np.asarray(Y_true) != 0, np.asarray(Y_pred) != 0, average=None,
+                               zero_division=0), dtype=np.float64)
 
 
 def weighted_f1(Y_true, Y_pred) -> float:
-    """The bits' F1 weighted by their number of true positives (sklearn's average="weighted")."""
-    support = (np.asarray(Y_true) != 0).sum(axis=0)
-    if not support.sum():
+    """The bits' F1 weighted by their number of true positives: sklearn's average="weighted"
+    (0 when no bit has a positive)."""
+    from sklearn.metrics import f1_score
+
+    t, p = np.asarray(Y_true) != 0, np.asarray(Y_pred) != 0
+    if not t.any():
         return 0.0
-    return float((f1_per_bit(Y_true, Y_pred) * support).sum() / support.sum())
+    return float(f1_score(t, p, average="weighted", zero_division=0))
 
 
 def exact_match(Y_true, Y_pred) -> float:
-    """Share of rows with every bit right."""
-    return float(((np.asarray(Y_true) != 0) == (np.asarray(Y_pred) != 0)).all(axis=1).mean())
+    """Share of rows with every bit right: sklearn's accuracy_score on multilabel rows."""
+    from sklearn.metrics import accuracy_score
+
+    return float(accuracy_score(np.asarray(Y_true) != 0, np.asarray(Y_pred) != 0))
 
 
 def score(probe: LinearProbe, X, Y) -> dict:
@@ -136,7 +137,7 @@ def _rows(rows, n: int) -> np.ndarray:
 
 
 def probe_layer(X, Y, train_rows: Sequence[int], test_rows: Sequence[int], C: float = 1.0,
-                max_iter: int = 100) -> dict:
+                max_iter: int = MAX_ITER) -> dict:
     """Fit on the training rows of X and Y, score on the held-out rows (and on the training rows)."""
     X, Y = np.asarray(X), np.asarray(Y)
     if len(X) != len(Y):
@@ -149,11 +150,13 @@ def probe_layer(X, Y, train_rows: Sequence[int], test_rows: Sequence[int], C: fl
     return dict(test_f1=held_out["f1"], test_exact=held_out["exact"], train_f1=seen["f1"],
                 train_exact=seen["exact"], test_f1_per_bit=held_out["f1_per_bit"], dim=int(X.shape[1]),
                 n_train=int(train.size), n_test=int(test.size), converged=probe.converged,
+                bits_converged=f"{int(probe.bit_converged[probe.constant < 0].sum())} of "
+                               f"{int((probe.constant < 0).sum())}",
                 constant_bits=[int(i) for i in np.flatnonzero(probe.constant >= 0)])
 
 
 def probe_layers(features: Mapping[str, np.ndarray], labels, train_rows, test_rows, C: float = 1.0,
-                 max_iter: int = 100) -> dict[str, dict]:
+                 max_iter: int = MAX_ITER) -> dict[str, dict]:
     """`probe_layer` for every layer of `features` ({layer: (n_images, d)}); labels (n_images, m)."""
     return {layer: probe_layer(X, labels, train_rows, test_rows, C=C, max_iter=max_iter)
             for layer, X in features.items()}
