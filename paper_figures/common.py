@@ -34,6 +34,9 @@ from matplotlib.figure import Figure  # noqa: E402
 from verify import cli  # noqa: E402
 
 PNG_DPI = 150
+# Files without a date or a version stamp (matplotlib writes both by default; None drops one).
+PDF_METADATA = {"CreationDate": None, "Producer": None, "Creator": None}
+PNG_METADATA = {"Software": None}
 COLOURS = ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown")
 MARKERS = ("o", "s", "^", "D", "v", "P")
 # Drawn across every --quick figure: its sizes are too small to show the paper's trends,
@@ -144,10 +147,12 @@ def save(result: FigureResult, out: Path) -> list[Path]:
     stem = out / result.name
     files = [stem.with_suffix(".png"), stem.with_suffix(".pdf")]
     # The temporary names end in .partial.png and so on; `format=` says what to write anyway.
+    # No creation date in either file: the same figure drawn twice is the same bytes, so a
+    # redraw changes a committed file only where its picture changed.
     with cli.atomic_path(files[0]) as tmp:
-        result.figure.savefig(tmp, format="png", dpi=PNG_DPI)
+        result.figure.savefig(tmp, format="png", dpi=PNG_DPI, metadata=PNG_METADATA)
     with cli.atomic_path(files[1]) as tmp:
-        result.figure.savefig(tmp, format="pdf")
+        result.figure.savefig(tmp, format="pdf", metadata=PDF_METADATA)
     if result.rows:
         files.append(stem.with_suffix(".csv"))
         with cli.atomic_path(files[-1]) as tmp:

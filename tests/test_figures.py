@@ -228,6 +228,26 @@ def test_a_full_size_figure_is_not_marked_as_a_preview(tmp_path):
     assert not [t for t in fig.texts if "PREVIEW" in t.get_text()]
 
 
+def test_a_figure_drawn_twice_is_the_same_bytes(tmp_path, monkeypatch):
+    """No creation date or version stamp in the PDF or PNG: a redraw changes a committed file
+    only where the picture changed (and a changed picture does change it)."""
+    def draw(folder, y):
+        fig, axes = common.new_figure()
+        axes[0, 0].plot([0, 1], [0, y])
+        return common.save(FigureResult("same", fig, [], {}), folder)
+
+    first = draw(tmp_path / "a", 1)
+    import time
+    monkeypatch.setattr(time, "time", lambda: 2e9)  # another moment: a date, if written, would differ
+    second = draw(tmp_path / "b", 1)
+    third = draw(tmp_path / "c", 2)
+    for a, b, c in zip(first, second, third, strict=True):
+        if a.suffix in (".png", ".pdf"):
+            assert a.read_bytes() == b.read_bytes(), a.name
+            assert a.read_bytes() != c.read_bytes(), a.name
+    assert b"CreationDate" not in first[1].read_bytes()
+
+
 def partial_files(folder: Path) -> list[str]:
     return [p.name for p in folder.iterdir() if ".partial" in p.name]
 

@@ -13,6 +13,25 @@ from pathlib import Path
 
 from verify.cli import UsageError
 
+# Ray's token authentication arrived in 2.52; the checks below also read three of Ray's private
+# modules, tested with the version the install brings (pyproject's `studies` extra bounds it).
+RAY_RANGE = "ray[client]>=2.52,<3"
+
+
+def ray_private(module: str):
+    """Import one of Ray's private modules (ray._private.services, ray_constants,
+    ray.core.generated.ray_client_pb2), or refuse in one line: a Ray that moved it is not one
+    this code was tested with."""
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        import ray
+
+        raise UsageError(f"this Ray ({ray.__version__}) has no {module}, which verify.study reads: install "
+                         f"'{RAY_RANGE}'") from None
+
 
 def check_address(address: str) -> None:
     """Refuse at once an --address nothing answers at (Ray itself waits 30 s for a Ray
@@ -36,8 +55,7 @@ def _resolve_address(address: str) -> tuple[bool, str, int] | None:
     join (RAY_ADDRESS, else the last one `ray start` recorded on this machine), None when
     there is none."""
     if address == "auto":
-        from ray._private import services
-
+        services = ray_private("ray._private.services")
         try:
             address = services.get_ray_address_from_environment("auto", None)
         except Exception:  # noqa: BLE001 - no cluster found: ray.init reports it in its own words
@@ -104,8 +122,7 @@ def _rejected(client: bool, host: str, port: int, token: str | None) -> bool:
     import grpc
 
     if client:
-        from ray.core.generated import ray_client_pb2
-
+        ray_client_pb2 = ray_private("ray.core.generated.ray_client_pb2")
         method = "/ray.rpc.RayletDriver/ClusterInfo"
         ping = ray_client_pb2.ClusterInfoRequest(type=ray_client_pb2.ClusterInfoType.PING)
         request = ping.SerializeToString()
@@ -153,8 +170,7 @@ def _loopback_only():
     single-machine mode (the default on macOS and Windows) is the one switch that keeps it
     on 127.0.0.1, read from the environment by the processes it starts and from
     ray_constants in this one."""
-    from ray._private import ray_constants
-
+    ray_constants = ray_private("ray._private.ray_constants")
     name = ray_constants.ENABLE_RAY_CLUSTERS_ENV_VAR
     saved = os.environ.get(name), ray_constants.ENABLE_RAY_CLUSTER
     os.environ[name], ray_constants.ENABLE_RAY_CLUSTER = "0", False
