@@ -4,7 +4,9 @@ Each figure is written as <name>.png, <name>.pdf and its data (<name>.csv: every
 point; <name>.json: settings, fits, checks) into --out: paper_figures/output/ by default,
 paper_figures/preview/ with --quick, whose tiny figures are marked PREVIEW on the picture
 and "preview": true in their JSON. Each file appears under its name only once complete.
-Exit codes: 0 every figure's checks hold, 1 some figure's data contradict the theory,
+A figure's expensive rows are cached in OUT/.cache/, keyed by its configuration and the
+fingerprint of the code that computes them: an unchanged figure redraws in seconds; --fresh
+recomputes. Exit codes: 0 every figure's checks hold, 1 some figure's data contradict the theory,
 2 usage error, 3 internal error, 130 interrupted.
 """
 
@@ -70,6 +72,9 @@ def build_parser() -> cli.Parser:
     p.add_argument("--only", nargs="+", metavar="NAME", default=None,
                    help="just these figures: " + ", ".join(e.name for e in FIGURES))
     p.add_argument("--seed", type=cli.seed, default=0, help="first teacher seed (default 0)")
+    p.add_argument("--fresh", action="store_true",
+                   help="recompute every figure's rows; by default a figure whose configuration and "
+                        "code are unchanged draws them from OUT/.cache/")
     cli.add_common(p, threads_default=str(DEFAULT_THREADS))
     return p
 
@@ -109,6 +114,9 @@ def work(args) -> int:
     threads = torch.get_num_threads()
     cli.set_threads(args.threads, DEFAULT_THREADS)
     failed = []
+    from paper_figures import common
+
+    fresh = common.FRESH.set(args.fresh)
     try:
         for entry in args.figures:
             start = time.perf_counter()
@@ -121,6 +129,7 @@ def work(args) -> int:
                     cli.emit(f"  FAIL {check}")
                     failed.append(f"{entry.name}: {check}")
     finally:
+        common.FRESH.reset(fresh)
         torch.set_num_threads(threads)  # main() also runs in-process, from the tests
     if failed:
         print(f"{len(failed)} check(s) failed: the data contradict the theory", file=sys.stderr)

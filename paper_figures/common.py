@@ -9,15 +9,23 @@ as its matplotlib `gid`, which is how tests match the picture to the data file.
 
 Every file is written under a temporary name and renamed when complete, so an
 interrupted run (Ctrl-C) leaves no truncated file under a figure's name.
+
+A figure's expensive rows (the sweeps that build and count every network) are cached in the
+output folder (`cached`: `<out>/.cache/`), keyed by the figure's configuration and the
+fingerprint of the code that computes them (verify.studies.provenance.module_fingerprint):
+a rerun with the same code draws from the cache, any edit to that code recomputes, and
+`python -m paper_figures --fresh` recomputes regardless.
 """
 
 from __future__ import annotations
 
+import contextvars
 import csv
 import dataclasses
+import hashlib
 import json
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -80,6 +88,35 @@ def plot_series(ax, rows: list[dict], series: str, panel: str, **style):
     (line,) = ax.plot([r["x"] for r in sel], [r["y"] for r in sel], **style)
     line.set_gid(series)
     return line
+
+
+CACHE_DIR = ".cache"
+# Set by `python -m paper_figures --fresh`: every cached computation runs again.
+FRESH: contextvars.ContextVar[bool] = contextvars.ContextVar("fresh", default=False)
+
+
+def cached(out: Path, name: str, config, code: str, compute: Callable[[], object]):
+    """compute()'s result, from `out`/.cache when an earlier run stored it for this `config`
+    (keyed by its repr: a frozen dataclass of the figure's settings) and the same code (the
+    fingerprint of module `code` and everything it imports), else computed and stored
+    (atomically). FRESH recomputes. Stored with pickle, which gives back exactly what was
+    computed (dataclasses, tuples, numpy values); the file is this program's own, in the
+    user's output folder."""
+    import pickle
+
+    from verify.studies.provenance import module_fingerprint
+
+    fingerprint = module_fingerprint(code)
+    key = hashlib.sha256(json.dumps([name, repr(config), fingerprint]).encode()).hexdigest()[:24]
+    path = Path(out) / CACHE_DIR / f"{name}-{key}.pickle"
+    if not FRESH.get() and path.is_file():
+        return pickle.loads(path.read_bytes())["value"]
+    value = compute()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with cli.atomic_path(path) as tmp:
+        Path(tmp).write_bytes(pickle.dumps(dict(name=name, code=code, fingerprint=fingerprint, value=value),
+                                           protocol=pickle.HIGHEST_PROTOCOL))
+    return value
 
 
 def to_plain(value):

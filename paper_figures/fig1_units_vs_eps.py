@@ -16,7 +16,16 @@ from pathlib import Path
 import numpy as np
 
 from paper_figures import sweep_data
-from paper_figures.common import COLOURS, MARKERS, FigureResult, finish, log_grid, new_figure, plot_series
+from paper_figures.common import (
+    COLOURS,
+    MARKERS,
+    FigureResult,
+    cached,
+    finish,
+    log_grid,
+    new_figure,
+    plot_series,
+)
 from verify.sweep import fit_scaling
 
 NAME = "fig1_units_vs_eps"
@@ -120,5 +129,5 @@ def plot(rows: list[dict], meta: dict, sc):
 
 def make(out: Path, *, quick: bool = False, seed: int = 0, progress: bool | None = None) -> FigureResult:
     p = sweep_data.plan(quick, seed)
-    rows, meta = compute(p, progress)
+    rows, meta = cached(out, NAME, p, __name__, lambda: compute(p, progress))
     return finish(NAME, plot(rows, meta, p.sweep), rows, meta, out, preview=quick)

@@ -19,7 +19,7 @@ from constructions.base import count_hidden_units
 from constructions.memorize import build_memorizer
 from constructions.shallow import build_shallow
 from constructions.tasks.hyperteacher import HyperteacherConfig, sample_hyperteacher
-from paper_figures.common import COLOURS, FigureResult, finish, new_figure, plot_series
+from paper_figures.common import COLOURS, FigureResult, cached, finish, new_figure, plot_series
 from theory.bounds import VARIANTS, hidden_units, memorization_hidden_units, n_tasks
 from verify.check import count_built
 from verify.sweep import fit_slope
@@ -146,6 +146,6 @@ def make(out: Path, *, quick: bool = False, seed: int = 0, progress: bool | None
     # `progress` is unused: this figure builds networks but measures none, and its bar is
     # the one __main__ shows for every figure.
     cfg = config(quick, seed)
-    rows, meta = compute(cfg)
+    rows, meta = cached(out, NAME, cfg, __name__, lambda: compute(cfg))
     return finish(NAME, plot(rows, meta, cfg), rows, meta, out, preview=quick)
 

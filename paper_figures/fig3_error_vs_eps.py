@@ -15,7 +15,16 @@ from __future__ import annotations
 from pathlib import Path
 
 from paper_figures import sweep_data
-from paper_figures.common import COLOURS, MARKERS, FigureResult, finish, new_figure, plot_series, select
+from paper_figures.common import (
+    COLOURS,
+    MARKERS,
+    FigureResult,
+    cached,
+    finish,
+    new_figure,
+    plot_series,
+    select,
+)
 from verify.sweep import ERROR_FIT, fit_scaling
 
 NAME = "fig3_error_vs_eps"
@@ -129,5 +138,5 @@ def plot(rows: list[dict], meta: dict, sc):
 
 def make(out: Path, *, quick: bool = False, seed: int = 0, progress: bool | None = None) -> FigureResult:
     p = sweep_data.plan(quick, seed)
-    rows, meta = compute(p, progress)
+    rows, meta = cached(out, NAME, p, __name__, lambda: compute(p, progress))
     return finish(NAME, plot(rows, meta, p.sweep), rows, meta, out, preview=quick)

@@ -20,7 +20,7 @@ import torch
 
 from constructions.shallow import build_shallow
 from constructions.tasks.hyperteacher import HyperteacherConfig, sample_hyperteacher
-from paper_figures.common import FigureResult, finish, new_figure, plot_series, select
+from paper_figures.common import FigureResult, cached, finish, new_figure, plot_series, select
 from verify.measure import measure_sup_error
 
 NAME = "fig4_where_error_lives"
@@ -148,5 +148,5 @@ def config(quick: bool, seed: int) -> Config:
 
 def make(out: Path, *, quick: bool = False, seed: int = 0, progress: bool | None = None) -> FigureResult:
     cfg = config(quick, seed)
-    rows, meta = compute(cfg, progress)
+    rows, meta = cached(out, NAME, cfg, __name__, lambda: compute(cfg, progress))
     return finish(NAME, plot(rows, meta, cfg), rows, meta, out, preview=quick)

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from constructions.registry import CONSTRUCTIONS, REGISTRY, build
 from constructions.tasks.hyperteacher import HyperteacherConfig, sample_hyperteacher
-from paper_figures.common import COLOURS, MARKERS, FigureResult, finish, new_figure, plot_series
+from paper_figures.common import COLOURS, MARKERS, FigureResult, cached, finish, new_figure, plot_series
 from theory.bounds import memorization_hidden_units
 from verify.check import count_built
 from verify.cli import progress as progress_bar
@@ -147,5 +147,5 @@ def plot(rows: list[dict], meta: dict, cfg: Config):
 
 def make(out: Path, *, quick: bool = False, seed: int = 0, progress: bool | None = None) -> FigureResult:
     cfg = replace(QUICK if quick else Config(), seed=seed)
-    rows, meta = compute(cfg, progress)
+    rows, meta = cached(out, NAME, cfg, __name__, lambda: compute(cfg, progress))
     return finish(NAME, plot(rows, meta, cfg), rows, meta, out, preview=quick)

@@ -248,6 +248,39 @@ def test_a_figure_drawn_twice_is_the_same_bytes(tmp_path, monkeypatch):
     assert b"CreationDate" not in first[1].read_bytes()
 
 
+@pytest.mark.parametrize("name", ["fig1_units_vs_eps", "fig2_units_vs_M", "fig4_where_error_lives"])
+def test_a_rerun_draws_from_the_cache_byte_identical_and_fresh_or_other_code_recomputes(
+        tmp_path, monkeypatch, capsys, name):
+    module = cli.load(next(e for e in cli.FIGURES if e.name == name))
+    argv = ["--quick", "--only", name, "--out", str(tmp_path), "--no-progress"]
+    assert cli.main(argv) == 0
+    first = {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()}
+    assert len(list((tmp_path / common.CACHE_DIR).glob(f"{name}-*.pickle"))) == 1
+    calls = []
+    compute = module.compute
+    monkeypatch.setattr(module, "compute", lambda *a: calls.append(1) or compute(*a))
+    assert cli.main(argv) == 0  # warm: nothing computed, every file the same bytes
+    assert calls == [] and {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()} == first
+    assert cli.main([*argv, "--fresh"]) == 0  # recomputed: the same, but for measured times
+    assert calls == [1]
+
+    def timeless(data: bytes):
+        def drop(v):
+            return ({k: drop(x) for k, x in v.items() if k != "seconds"} if isinstance(v, dict) else
+                    [drop(x) for x in v] if isinstance(v, list) else v)
+        return drop(json.loads(data))
+    for path in (p for p in tmp_path.iterdir() if p.is_file()):
+        same = (timeless(path.read_bytes()) == timeless(first[path.name]) if path.suffix == ".json"
+                else path.read_bytes() == first[path.name])
+        assert same, path.name
+    from verify.studies import provenance
+
+    monkeypatch.setattr(provenance, "module_fingerprint", lambda root: "0" * 64)  # other code
+    assert cli.main(argv) == 0 and calls == [1, 1]
+    assert len(list((tmp_path / common.CACHE_DIR).glob(f"{name}-*.pickle"))) == 2
+    capsys.readouterr()
+
+
 def partial_files(folder: Path) -> list[str]:
     return [p.name for p in folder.iterdir() if ".partial" in p.name]
 

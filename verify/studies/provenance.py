@@ -95,9 +95,30 @@ def _imported_names(source: str, name: str, is_package: bool) -> set[str]:
 
 @functools.cache
 def code_modules(program: str = DEFAULT_PROGRAM) -> dict[str, Path]:
-    """The project modules a run of `program` depends on (see NOT_RESULT_CODE), name → source file."""
+    """The modules a run of `program` rests on (modules_from its module)."""
+    return modules_from(PROGRAMS[program].module)
+
+
+@functools.cache
+def module_fingerprint(root: str) -> str:
+    """The fingerprint of module `root` and every project module it imports, transitively
+    (less NOT_RESULT_CODE): what a cache of its results is keyed by (paper_figures.common)."""
+    return _digest(modules_from(root))
+
+
+def _digest(modules: dict[str, Path]) -> str:
+    digest = hashlib.sha256()
+    for name, path in modules.items():
+        digest.update(f"{name}\0{hashlib.sha256(path.read_bytes()).hexdigest()}\n".encode())
+    return digest.hexdigest()
+
+
+@functools.cache
+def modules_from(root: str) -> dict[str, Path]:
+    """The project modules `root` depends on (itself, what it imports, transitively, less
+    NOT_RESULT_CODE), name → source file."""
     found: dict[str, Path] = {}
-    todo = [PROGRAMS[program].module]
+    todo = [root]
     while todo:
         name = todo.pop()
         if name in found or name in NOT_RESULT_CODE:
@@ -116,10 +137,7 @@ def code_modules(program: str = DEFAULT_PROGRAM) -> dict[str, Path]:
 def code_fingerprint(program: str = DEFAULT_PROGRAM) -> str:
     """SHA-256 over each module's name and the SHA-256 of its source text, for the modules a
     run of `program` depends on."""
-    digest = hashlib.sha256()
-    for name, path in code_modules(program).items():
-        digest.update(f"{name}\0{hashlib.sha256(path.read_bytes()).hexdigest()}\n".encode())
-    return digest.hexdigest()
+    return _digest(code_modules(program))
 
 
 @functools.cache
