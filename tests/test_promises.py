@@ -176,9 +176,13 @@ def test_ctrl_c_during_figures_leaves_no_truncated_file(tmp_path):
     stdout, stderr = proc.communicate(timeout=60)
     assert proc.returncode == 130, stderr
     assert stderr.count("\n") == 1 and "Traceback" not in stderr
-    assert partial_files(out) == []
-    for path in out.iterdir():  # every file with a final name is whole
+    assert partial_files(out) == []  # the cache's folder included
+    for path in (p for p in out.rglob("*") if p.is_file()):  # every file with a final name is whole
         data = path.read_bytes()
+        if path.suffix == ".pickle":  # the figure cache (paper_figures.common.cached)
+            import pickle
+
+            assert pickle.loads(data)["value"] is not None, path
         if path.suffix == ".png":
             assert data.endswith(b"IEND\xaeB`\x82"), path
         elif path.suffix == ".pdf":
