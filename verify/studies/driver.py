@@ -390,12 +390,17 @@ def format_list() -> str:
             held = ""
             if store.is_file():
                 with RunStore(store, readonly=True) as s:
-                    rows = s.rows()
+                    stored = s.rows()
+                # The grid's runs as it is now; rows of an earlier grid are only counted.
+                keys = {r.key for r in runs}
+                rows = [r for r in stored if r["key"] in keys]
                 st = [r["status"] for r in rows]
                 judge = behaviour.Judge(runs[0].program, provenance.code_fingerprint(runs[0].program))
                 stale = sum(r["status"] == "done" and judge(r) != behaviour.CURRENT for r in rows)
+                earlier = len(stored) - len(rows)
                 held = (f" ({st.count('done')} done, {st.count('failed')} failed"
-                        + (f"; {stale} made by other or unknown code" if stale else "") + ")")
+                        + (f"; {stale} made by other or unknown code" if stale else "")
+                        + (f"; {earlier} of an earlier grid" if earlier else "") + ")")
             parts.append(f"{scale} {len(runs)}{held}")
         lines.append(f"{name:<{width}} " + ", ".join(parts))
     return "\n".join(lines)
