@@ -212,7 +212,9 @@ def test_quick_writes_into_the_preview_folder_never_into_output(capsys, tmp_path
     monkeypatch.setattr(cli, "PREVIEW_OUT", tmp_path / "preview")
     assert cli.main(["--quick", "--only", "fig2_units_vs_M"]) == 0
     assert not (tmp_path / "output").exists()
-    assert {p.suffix for p in (tmp_path / "preview").iterdir()} == {".png", ".pdf", ".csv", ".json"}
+    files = [p for p in (tmp_path / "preview").iterdir() if p.is_file()]
+    assert {p.suffix for p in files} == {".png", ".pdf", ".csv", ".json"}
+    assert (tmp_path / "preview" / common.CACHE_DIR).is_dir()  # the cache goes with the figures
     assert json.loads((tmp_path / "preview" / "fig2_units_vs_M.json").read_text())["preview"] is True
     assert str(tmp_path / "preview") in capsys.readouterr().out
     # Without --quick the committed folder is the default; an explicit --out wins over both.
