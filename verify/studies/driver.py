@@ -378,9 +378,22 @@ def stale_line(n_stale: int, n_all: int, n_unknown: int, others: list[str], curr
             f"{' and '.join(parts)}; rerun them with {rerun}")
 
 
-def format_list() -> str:
+def store_counts(runs: list[Run], store: Path) -> dict[str, int]:
+    """What `store` holds of the grid `runs` (as it is now): done, failed, done by other or
+    unknown code (verify.studies.behaviour), and rows of an earlier grid, only counted."""
     from verify.studies.store import RunStore
 
+    with RunStore(store, readonly=True) as s:
+        stored = s.rows()
+    keys = {r.key for r in runs}
+    rows = [r for r in stored if r["key"] in keys]
+    judge = behaviour.Judge(runs[0].program, provenance.code_fingerprint(runs[0].program))
+    done = [r for r in rows if r["status"] == "done"]
+    return dict(done=len(done), failed=sum(r["status"] == "failed" for r in rows),
+                stale=sum(judge(r) != behaviour.CURRENT for r in done), earlier=len(stored) - len(rows))
+
+
+def format_list() -> str:
     lines, width = [], max(map(len, study_names()))
     for name in study_names():
         parts = []
@@ -389,18 +402,10 @@ def format_list() -> str:
             store = stored_out(name, scale) / "study.sqlite"
             held = ""
             if store.is_file():
-                with RunStore(store, readonly=True) as s:
-                    stored = s.rows()
-                # The grid's runs as it is now; rows of an earlier grid are only counted.
-                keys = {r.key for r in runs}
-                rows = [r for r in stored if r["key"] in keys]
-                st = [r["status"] for r in rows]
-                judge = behaviour.Judge(runs[0].program, provenance.code_fingerprint(runs[0].program))
-                stale = sum(r["status"] == "done" and judge(r) != behaviour.CURRENT for r in rows)
-                earlier = len(stored) - len(rows)
-                held = (f" ({st.count('done')} done, {st.count('failed')} failed"
-                        + (f"; {stale} made by other or unknown code" if stale else "")
-                        + (f"; {earlier} of an earlier grid" if earlier else "") + ")")
+                c = store_counts(runs, store)
+                held = (f" ({c['done']} done, {c['failed']} failed"
+                        + (f"; {c['stale']} made by other or unknown code" if c["stale"] else "")
+                        + (f"; {c['earlier']} of an earlier grid" if c["earlier"] else "") + ")")
             parts.append(f"{scale} {len(runs)}{held}")
         lines.append(f"{name:<{width}} " + ", ".join(parts))
     return "\n".join(lines)

@@ -67,8 +67,7 @@ def generate(name: str) -> str:
 
 def grids_table() -> str:
     """Each study's runs at every scale, and what its committed cpu store holds."""
-    from verify.studies import behaviour, driver, grids, provenance
-    from verify.studies.store import RunStore
+    from verify.studies import driver, grids
 
     lines = ["| study | program | " + " | ".join(driver.SCALES)
              + f" | committed {SCALE} store: done (current) |",
@@ -79,11 +78,8 @@ def grids_table() -> str:
         store = grids.PACKAGED_RESULTS_DIR / name / SCALE / "study.sqlite"
         held = "—"
         if store.is_file():
-            keys = {r.key for r in counts[SCALE]}
-            with RunStore(store, readonly=True) as s:
-                done = [r for r in s.rows() if r["status"] == "done" and r["key"] in keys]
-            judge = behaviour.Judge(program, provenance.code_fingerprint(program))
-            held = f"{len(done)} ({sum(judge(r) == behaviour.CURRENT for r in done)})"
+            c = driver.store_counts(counts[SCALE], store)
+            held = f"{c['done']} ({c['done'] - c['stale']})"
         lines.append(f"| `{name}` | {program} | " + " | ".join(f"{len(counts[s]):,}" for s in driver.SCALES)
                      + f" | {held} |")
     return "\n".join(lines)
