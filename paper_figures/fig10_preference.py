@@ -14,7 +14,7 @@ claims, tested here on this family too) and the measured difference to the rando
 (d) scaling-law-preference: held-out acc_all against the number of training tasks, MLP
 against transformer;
 (e) convergence: every row's training per-step acc against the family's threshold
-(FAMILIES["preference"].convergence, dotted), one column per study; a row with a run
+(PreferenceFamily.convergence, dotted), one column per study; a row with a run
 below it is ringed;
 (f) per-step against whole-episode accuracy: every row of every study at its held-out
 per-step acc (x) and acc_all (y), each ± its sd over seeds, beside acc^T dashed (T: the
@@ -47,11 +47,11 @@ from paper_figures.fig9_studies import (
     sweep_rows,
     table,
 )
-from verify.learning.families import FAMILIES
+from verify.learning.families import PreferenceFamily
 from verify.studies.driver import expand
 
 NAME = "fig10_preference"
-FAMILY = FAMILIES["preference"]
+FAMILY = PreferenceFamily
 # Each study and the kind of sweep it is (figure 9's panels by kind).
 KINDS = {"scaling-data-preference": "scaling-data", "scaling-model-preference": "scaling-model",
          "task-support-preference": "task-support", "scaling-law-preference": "scaling-law"}

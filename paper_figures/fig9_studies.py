@@ -24,12 +24,14 @@ from __future__ import annotations
 from pathlib import Path
 
 from paper_figures.common import COLOURS, MARKERS, FigureResult, finish, new_figure, plot_series, select
+from verify.learning.families import HyperteacherFamily
 from verify.studies import provenance
 from verify.studies.driver import default_out, expand, run_study, stored_out
-from verify.studies.effects import CONVERGED_R2, PAPER_ENCODING_R2, effects_table
+from verify.studies.effects import CONVERGED_R2, effects_table
 from verify.studies.store import RunStore
 
 NAME = "fig9_studies"
+PAPER_R2 = HyperteacherFamily.paper_by_encoding  # the paper's held-out R² per encoding
 STUDIES = ("scaling-data", "scaling-model", "task-support", "scaling-law", "size-matched")
 
 
@@ -121,10 +123,10 @@ def compute(quick: bool, progress: bool | None) -> tuple[list[dict], dict]:
     tables = {s: table(s, quick, progress) for s in STUDIES}
     rows = sweep_rows(tables, {s: s for s in STUDIES}, "held_out_r2", "train_r2")
     rows += convergence_rows(tables, "f", "train_r2")
-    for enc in sorted({r["series"] for r in rows if r["panel"] == "b"} & set(PAPER_ENCODING_R2)):
+    for enc in sorted({r["series"] for r in rows if r["panel"] == "b"} & set(PAPER_R2)):
         widest = max(r["x"] for r in rows if r["panel"] == "b" and r["series"] == enc)
         rows += [dict(panel="b", study="scaling-model", scale="paper", series=f"paper {enc}", x=widest * f,
-                      y=PAPER_ENCODING_R2[enc]) for f in (1.2, 1.6)]
+                      y=PAPER_R2[enc]) for f in (1.2, 1.6)]
     rows.sort(key=lambda r: (r["panel"], r["series"], r["x"]))  # each series in x order, as drawn
     return rows, study_meta(tables)
 

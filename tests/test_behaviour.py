@@ -50,9 +50,10 @@ def report_with(code: Path | None, yaml: str, out: Path) -> dict:
     return json.loads(proc.stdout)
 
 
-RENAME = {"verify/learning/families.py": [("_dtype(", "_parameter_dtype(")],
+RENAME = {"verify/learning/families/base.py": [("def parameter_dtype(", "def dtype_of_parameters(")],
+          "verify/learning/families/preference.py": [("parameter_dtype", "dtype_of_parameters")],
           "verify/learning/train.py": [('"""Training students', '"""(A comment.) Training students')]}
-LOSS = {"verify/learning/families.py": [("return nn.functional.mse_loss(pred, batch.y)",
+LOSS = {"verify/learning/families/hyperteacher.py": [("return nn.functional.mse_loss(pred, batch.y)",
                                          "return 0.5 * nn.functional.mse_loss(pred, batch.y)")]}
 
 

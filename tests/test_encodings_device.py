@@ -272,13 +272,13 @@ def test_the_check_catches_encoders_that_use_the_host():
 
 def test_batches_make_their_codes_without_the_host(monkeypatch):
     """HyperteacherBatches no longer moves z to the CPU for the encoder."""
-    from verify.learning import families
+    from verify.learning.families import draw
 
     enc = make_encoder("interval_shuffle", TEACHER, seed=0)
     calls = []
     monkeypatch.setattr(torch.Tensor, "cpu", lambda self, *a, **k: calls.append(self) or self)
     z = latents()
-    assert torch.equal(families.encode_on(enc, z), enc(z)) and calls == []
+    assert torch.equal(draw.encode_on(enc, z), enc(z)) and calls == []
 
 
 if __name__ == "__main__":

@@ -53,15 +53,15 @@ def test_the_hyperteacher_gives_the_numbers_it_gave_before_the_interface(student
 def test_a_changed_draw_order_is_caught_by_the_pinned_numbers(monkeypatch):
     """The check above can fail: drawing x before the tasks' weights (the same
     distribution, another order) moves the pinned numbers."""
-    from verify.learning import families
+    from verify.learning.families import draw
 
-    real = families.TaskDraw.__call__
+    real = draw.TaskDraw.__call__
 
     def x_first(self, T):
         torch.rand((T, 1), generator=self.generator, dtype=torch.float64, device=self.device)
         return real(self, T)
 
-    monkeypatch.setattr(families.TaskDraw, "__call__", x_first)
+    monkeypatch.setattr(draw.TaskDraw, "__call__", x_first)
     pinned = BEFORE["mlp"]
     r = sgd.run(sgd.parse_args([*pinned["argv"], "--no-progress"]))
     net = "sgd matched"

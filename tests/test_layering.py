@@ -22,6 +22,12 @@ LAYERS = [
     ("verify", {"theory", "constructions", "verify"}, LEARNING_AND_STUDIES | {"verify.images"}),
     ("verify/learning", {"theory", "constructions", "verify"},
      LEARNING_AND_STUDIES - {"verify.learning"} | {"verify.images"}),
+    # The task families sit under the training loop and verify.sgd, which ask them for
+    # everything family-specific: they may use the metrics, never the loop or the CLI.
+    ("verify/learning/families", {"theory", "constructions", "verify"},
+     LEARNING_AND_STUDIES - {"verify.learning"}
+     | {"verify.images", "verify.learning.sgd", "verify.learning.train", "verify.learning.pack",
+        "verify.learning.speed"}),
     ("verify/studies", {"theory", "constructions", "verify"},
      LEARNING_AND_STUDIES - {"verify.learning", "verify.studies"} | {"verify.images"}),
     # The image experiment sits beside the studies: it may use the learning side and the

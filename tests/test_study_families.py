@@ -10,14 +10,15 @@ import pytest
 
 from tests.test_study import tiny_study
 from verify.learning import sgd
+from verify.learning.families import FAMILIES
 from verify.learning.records import Metric, as_dicts, lookup
 from verify.studies import driver as study
 from verify.studies import grids
 from verify.studies.effects import effects_table
 from verify.studies.store import RunStore, config_key
 
-HYPERTEACHER_DESTS = set(sgd.FAMILY_FLAGS["hyperteacher"])  # I, H, O, eps, samples_per_task, eval_samples
-PREFERENCE_DESTS = set(sgd.FAMILY_FLAGS["preference"])  # F, objects, timelimit, discount
+HYPERTEACHER_DESTS = set(FAMILIES["hyperteacher"].settings)  # I, H, O, eps, samples_per_task, eval_samples
+PREFERENCE_DESTS = set(FAMILIES["preference"].settings)  # F, objects, timelimit, discount
 # Appended to tests/test_study.py's tiny grid (a hyperteacher grid: I, H, O, samples_per_task,
 # eval_samples), whose `parameters:` block comes last.
 BOTH_FAMILIES = """  family: {values: [hyperteacher, preference]}

@@ -26,6 +26,7 @@ from dataclasses import asdict
 
 from verify import cli
 from verify.cli import UsageError, positive_float, positive_int
+from verify.learning.families import DEFAULT_FAMILY, PreferenceFamily
 
 
 def build_parser() -> cli.Parser:
@@ -122,23 +123,15 @@ def gemm_flops(rows: int, inner: int, cols: int, repeats: int) -> float:
 
 
 def paper_family(name: str):
-    """The paper's default task of a family, with the identity encoding: the hyperteacher at
-    I = H = O = 16, M = 16, K = 3; the preference grid at M = 16, K = 3, F = 32."""
-    from types import SimpleNamespace
+    """The paper's default task of a family, with the identity encoding (the family's
+    `paper_default`: the hyperteacher at I = H = O = 16, M = 16, K = 3; the preference grid at
+    M = 16, K = 3, F = 32)."""
+    from verify.learning.families import FAMILIES
 
-    from constructions.tasks.encodings import make_encoder
-    from constructions.tasks.hyperteacher import HyperteacherConfig, sample_hyperteacher
-    from constructions.tasks.preference import PreferenceConfig, PreferenceGrid
-    from verify.learning.families import HyperteacherFamily, PreferenceFamily
-
-    if name == "hyperteacher":
-        teacher = sample_hyperteacher(HyperteacherConfig(I=16, H=16, O=16, M=16, K=3))
-        return HyperteacherFamily(teacher, make_encoder("identity", teacher), "identity")
-    world = PreferenceGrid(PreferenceConfig(M=16, K=3, F=32))
-    return PreferenceFamily(world, make_encoder("identity", SimpleNamespace(M=16, K=3, Q=None)), "identity")
+    return FAMILIES[name].paper_default()
 
 
-def training_speed(widths: list[int], steps: int, repeats: int, family: str = "hyperteacher") -> dict:
+def training_speed(widths: list[int], steps: int, repeats: int, family: str | None = None) -> dict:
     """The paper's training step of a family (128 tasks: × 16 samples for the hyperteacher,
     one 8-step episode each for the preference grid) on an MLP of `widths`: seconds a step,
     the share spent making its batch, and the model's FLOP/s against a plain GEMM's measured
@@ -148,7 +141,7 @@ def training_speed(widths: list[int], steps: int, repeats: int, family: str = "h
     from constructions.tasks.hyperteacher import enumerate_supports
     from verify.learning.train import forward_of, mlp, step_macs, train_step
 
-    f = paper_family(family)
+    f = paper_family(family or DEFAULT_FAMILY)
     T, P = 128, f.rows_per_task(16)
     net = mlp(f.E + f.I, widths, f.O)
     batches = f.batches(enumerate_supports(16, 3), T, P, 0, torch.device("cpu"))
@@ -231,7 +224,7 @@ def measure(args) -> tuple[list[dict], dict]:
     pref_widths = [256] * 2 if args.quick else [1024] * 2
     with cli.phase(f"preference grid: training steps of a {len(pref_widths)}×{pref_widths[0]} MLP", progress):
         pr = training_speed(pref_widths, steps=3 if args.quick else 5, repeats=args.repeats,
-                            family="preference")
+                            family=PreferenceFamily.name)
     rows.append(dict(what=f"preference grid, {len(pref_widths)}×{pref_widths[0]} MLP, 128 episodes × 8 "
                           f"steps: share of the step ({pr['step_s'] * 1e3:.0f} ms) spent making its batch",
                      value=pr["data_share"], unit="", target=0.10, detail=pr))
@@ -298,7 +291,7 @@ def study_flops() -> list[dict]:
                 args = sgd.parse_args(list(run.argv))
                 family = sgd.make_family(args)
                 matched = set(args.shapes) & {"matched", "balanced", "balanced4"}
-                reference = family.reference(args.eps) if matched else None
+                reference = family.reference_for(args) if matched else None
                 with torch.device("meta"):
                     students = sgd.build_students(args, family, reference.widths if reference else [])
                 P = family.rows_per_task(getattr(args, "samples_per_task", 0))
@@ -320,7 +313,7 @@ def device_measure(args) -> dict:
     device = torch.device(args.device)
     cuda = device.type == "cuda"
     run_speed = Speed.default(args.device)
-    f, supports = paper_family("hyperteacher"), enumerate_supports(16, 3)
+    f, supports = paper_family(DEFAULT_FAMILY), enumerate_supports(16, 3)
     widths, steps = [256 if args.quick else 1024] * 4, 20 if cuda else 3
     name = torch.cuda.get_device_name(device) if cuda else "cpu"
     out = dict(device=name, speed=asdict(run_speed))

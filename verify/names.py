@@ -7,8 +7,6 @@ from dataclasses import asdict, dataclass
 SHAPES = ("matched", "balanced", "balanced4", "custom")
 # The students verify.sgd trains (the paper's three, compscale/model/policy.py).
 STUDENTS = ("mlp", "transformer", "hypernetwork")
-# The task families a student learns (verify.learning.families).
-FAMILY_NAMES = ("hyperteacher", "preference")
 # Initialisations of an MLP student: the paper's (Flax default) or torch's own.
 INITS = ("lecun_normal", "torch_default")
 # Which parameters AdamW decays: the paper's mask (matrices only) or every one.

@@ -1,7 +1,8 @@
 """The learning side: students, their training, metrics and task families.
 
-    families   the task families a student learns (hyperteacher, preference grid): batches,
-               loss, named metrics, the convergence rule, a reference construction
+    families   the task families a student learns, one module each behind one interface and
+               one registry (hyperteacher, preference grid): flags, batches, loss, named
+               metrics, the convergence rule, a reference construction
     students   the paper's students (MLP, transformer, hypernetwork) as torch modules
     train      AdamW training of any student on any family, with checkpoints
     metrics    the hyperteacher's R², RMSE, sup error and the paper's probe

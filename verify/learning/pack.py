@@ -18,7 +18,6 @@ studies pack only where asked (`--pack N`).
 
 from __future__ import annotations
 
-import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -27,7 +26,6 @@ import torch
 from torch import nn
 from torch.func import functional_call, stack_module_state, vmap
 
-from verify.cli import progress as progress_bar
 from verify.learning import train
 from verify.learning.families import Batch, TaskFamily
 from verify.learning.metrics import apply_tasks
@@ -194,30 +192,16 @@ def _train_pack(members, progress, checkpoint_seconds, log_every, speed) -> list
     forward = packed_forward(nets[0], speed.compile)
     autocast = torch.bfloat16 if speed.precision == "bf16" else None
     loss_of = members[0].family.loss
-    first = done[0].step
-    running = (None if done[0].running is None
-               else torch.stack([d.running for d in done]))  # (N,) float64 on the device
-    bar = progress_bar(cfg.steps, f"train pack of {len(members)}", progress, unit="step")
-    bar.update(first)
-    start, saved_at = time.perf_counter() - max(d.seconds for d in done), train._clock()
-    for step in range(first + 1, cfg.steps + 1):
-        if cfg.schedule != "constant":
-            for group in stack.opt.param_groups:
-                group["lr"] = train.learning_rate(cfg, step)
-        losses = _pack_step(forward, stack, [b() for b in batches], loss_of, autocast).double()
-        running = losses if running is None else 0.98 * running + 0.02 * losses
-        if step % log_every == 0 or step == cfg.steps:
-            values = running.tolist()  # the one host sync of the loop, for every member at once
-            for d, value in zip(done, values, strict=True):
-                d.losses.append((step, value))
-            bar.set_postfix_str(f"loss {min(values):.2e}–{max(values):.2e}", refresh=False)
-            bar.update(step - bar.n)
-        if saving and (step == cfg.steps or train._clock() - saved_at >= checkpoint_seconds):
-            _save_members(members, stack, fingerprints, batches, generators, done, running, step,
-                          time.perf_counter() - start)
-            saved_at = train._clock()
-    bar.close()
-    seconds = time.perf_counter() - start
+
+    def save(step: int, running: torch.Tensor, seconds: float) -> None:
+        _save_members(members, stack, fingerprints, batches, generators, done, running, step, seconds)
+
+    def step_once() -> torch.Tensor:
+        return _pack_step(forward, stack, [b() for b in batches], loss_of, autocast)
+
+    seconds = train.run_loop(cfg, stack.opt, step_once, done, label=f"train pack of {len(members)}",
+                             progress=progress, log_every=log_every, save=save if saving else None,
+                             checkpoint_seconds=checkpoint_seconds)
     results = []
     for i, m in enumerate(members):
         stack.member_state(i)  # the trained parameters back into the member's own module

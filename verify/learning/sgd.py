@@ -36,10 +36,10 @@ from verify.cli import (
     positive_float,
     positive_int,
 )
+from verify.learning.families import DEFAULT_FAMILY, FAMILIES
 from verify.names import (
     CHECKPOINT_SECONDS,
     DECAYS,
-    FAMILY_NAMES,
     INITS,
     PRECISIONS,
     SCHEDULES,
@@ -47,59 +47,26 @@ from verify.names import (
     STUDENTS,
 )
 
-# The official sweeps' run (configs/teacher.py, sweeps/*_hyperteacher.yaml): 300k steps of
-# 128 tasks × 16 samples, seeds 1–3, scored on 1,024 tasks a side with 16 samples each.
-PAPER = dict(I=16, H=16, O=16, M=16, K=3, steps=300_000, tasks_per_batch=128,
-             samples_per_task=16, seed=[1, 2, 3], eval_tasks=1024, eval_samples=16)
-# The preference grid's run (configs/preference.py; the sweeps' seeds 1–3 rather than its
-# default 42): M = 16, K = 3, F = 32, 3M steps of 128 episodes, AdamW lr 1e-4, wd 1e-3, 2×1024.
-PAPER_PREFERENCE = dict(M=16, K=3, F=32, steps=3_000_000, tasks_per_batch=128, seed=[1, 2, 3],
-                        eval_tasks=1024, lr=1e-4, weight_decay=1e-3)
-PAPER_PREFERENCE_WIDTHS = [1024] * 2
-DEFAULT_SHAPES = ["matched", "balanced"]
-# Each family's own settings (verify.sgd's destinations), refused for the other family, and
-# its optimiser defaults (the paper's).
-FAMILY_FLAGS = {"hyperteacher": ("I", "H", "O", "eps", "samples_per_task", "eval_samples"),
-                "preference": ("F", "objects", "timelimit", "discount", "allow_M_above_F")}
-FAMILY_OPTIMISER = {"hyperteacher": dict(lr=3e-4, weight_decay=3e-3),
-                    "preference": dict(lr=1e-4, weight_decay=1e-3)}
-# The preference grid has no construction to match: its MLP is `custom`, 2×256 by default.
-PREFERENCE_WIDTHS = [256, 256]
+DEFAULT_SHAPES = ["matched", "balanced"]  # the default family's (HyperteacherFamily.default_shapes)
 # The official transformer (configs/teacher.py ModelConfig) and hypernetwork (d_ffw hidden units).
 TRANSFORMER_DEFAULTS = dict(d_model=256, n_heads=4, n_layers=4, d_ffw=1024)
-# Filled in after parsing, when --widths was not given: kept out of the parser's defaults
-# so that a --widths the user typed can be told from the preset's.
-PAPER_WIDTHS = [1024] * 4
 # What make_split's messages call its arguments, and the flags that set them here.
 SPLIT_WORDS = (("lower the held-out fraction or raise max_tries", "lower --held-out"),
                ("held_out_fraction", "--held-out"), ("(use missing-module)", "(use --split missing-module)"))
 
 
 def build_parser() -> cli.Parser:
+    """verify.sgd's parser: the flags every run takes, and each registered family's own."""
     p = cli.Parser("python -m verify.sgd", __doc__)
     # --seed takes several seeds here: it is this CLI's own flag, below.
     cli.add_teacher_flags(p, dict(M=8, K=2, I=4, H=4, O=4), encodings=ENCODING_NAMES,
                           encoding_help="task encoding the students read", strict_names=True, with_seed=False)
-    p.add_argument("--family", default="hyperteacher", choices=FAMILY_NAMES,
-                   help="the task family: hyperteacher (regression of the paper's teacher) or preference "
-                        "(the compositional preference grid) (default hyperteacher)")
-    p.add_argument("--eps", type=positive_float, default=1e-2,
-                   help="hyperteacher: ε of the construction, which also sets the matched size "
-                        "(default 1e-2)")
-    p.add_argument("--F", type=positive_int, default=16,
-                   help="preference: feature types of the objects (num_features; default 16, the paper's "
-                        "sweeps use 16 and 32)")
-    p.add_argument("--allow-M-above-F", action="store_true",
-                   help="preference: allow more modules than feature types (M > F), a deviation from the "
-                        "official run.py, which requires num_preferences ≤ num_features: a task's rewards "
-                        "are basisᵀz, a projection of its M weights onto F dimensions, in which distinct "
-                        "tasks can coincide when F < M")
-    p.add_argument("--objects", type=positive_int, default=4,
-                   help="preference: objects in the grid, at most 18 (default 4, the paper's)")
-    p.add_argument("--timelimit", type=positive_int, default=8,
-                   help="preference: value-iteration backups and steps per episode (default 8, the paper's)")
-    p.add_argument("--discount", type=open_fraction, default=0.9,
-                   help="preference: the demonstrator's discount, in (0, 1) (default 0.9, the paper's)")
+    p.add_argument("--family", default=DEFAULT_FAMILY, choices=tuple(FAMILIES),
+                   help="the task family (verify.learning.families): " + "; ".join(
+                       f"{name}: {family.__doc__.split(':')[0].strip()}" for name, family in FAMILIES.items())
+                   + f" (default {DEFAULT_FAMILY})")
+    for family in FAMILIES.values():
+        family.add_flags(p)
     p.add_argument("--split", default="random", choices=SPLITS,
                    help="which supports are held out (default random)")
     p.add_argument("--held-out", type=open_fraction, default=0.25,
@@ -126,8 +93,6 @@ def build_parser() -> cli.Parser:
                         "network (default 1024)")
     p.add_argument("--steps", type=positive_int, default=1500, help="training steps (default 1500)")
     p.add_argument("--tasks-per-batch", type=positive_int, default=32, help="tasks per step (default 32)")
-    p.add_argument("--samples-per-task", type=positive_int, default=16,
-                   help="hyperteacher: x per task per step (default 16); a preference task is one episode")
     p.add_argument("--lr", type=positive_float,
                    help="AdamW learning rate (default 3e-4; preference 1e-4, the paper's)")
     p.add_argument("--weight-decay", type=non_negative_float,
@@ -144,8 +109,6 @@ def build_parser() -> cli.Parser:
     p.add_argument("--eval-tasks", type=positive_int, default=1024,
                    help="tasks on each side (in-distribution, held out, each K+j) for RMSE, R² and the "
                         "probe, drawn uniformly from that side's supports (default 1024, the paper's)")
-    p.add_argument("--eval-samples", type=positive_int, default=16,
-                   help="hyperteacher: x per task for RMSE and R² (default 16, the paper's)")
     p.add_argument("--extra-modules", type=non_negative_int, default=2,
                    help="also score tasks with K+1 … K+this many active modules (at most M), which "
                         "no training task has; 0 to skip (default 2)")
@@ -188,21 +151,26 @@ def build_parser() -> cli.Parser:
     return p
 
 
-@functools.cache
 def _parser() -> cli.Parser:
-    """One parser for every parse without --paper (a study resolves thousands of runs)."""
+    """One parser for every parse without --paper (a study resolves thousands of runs), per
+    set of registered families (a family registered later gets a parser that offers it)."""
+    return _parser_of(tuple(FAMILIES))
+
+
+@functools.cache
+def _parser_of(families: tuple[str, ...]) -> cli.Parser:
     return build_parser()
 
 
 def parse_args(argv=None):
     argv = sys.argv[1:] if argv is None else list(argv)
     parser = _parser()
-    preference = _family_in(argv) == "preference"
-    if "--paper" in argv:  # the preset sets defaults; flags given explicitly still win
+    named = FAMILIES.get(_family_in(argv))  # None: the parser refuses the name
+    if "--paper" in argv and named is not None:  # the preset sets defaults; flags given explicitly still win
         parser = build_parser()  # a fresh one: set_defaults would change the shared parser
-        parser.set_defaults(**(PAPER_PREFERENCE if preference else PAPER))
+        parser.set_defaults(**named.paper_preset)
     args = parser.parse_args(argv)
-    resolve_family(args, argv)
+    family = resolve_family(args, argv)
     if args.K > args.M:
         raise UsageError(f"--K must be at most --M (got K={args.K}, M={args.M})")
     mlp_flags = {"--shapes": args.shapes is not None, "--widths": args.widths is not None,
@@ -223,18 +191,19 @@ def parse_args(argv=None):
             raise UsageError(f"--d-model {args.d_model} must be a multiple of --n-heads {args.n_heads}")
     else:
         if args.shapes is None:
-            args.shapes = ["custom"] if args.paper or args.family == "preference" else list(DEFAULT_SHAPES)
-        if args.family == "preference" and set(args.shapes) - {"custom"}:
-            raise UsageError(f"--shapes {' '.join(args.shapes)}: the preference grid has no construction to "
-                             "match; use --shapes custom --widths …")
-        if args.family == "preference" and args.widths is None:
-            args.widths = list(PAPER_PREFERENCE_WIDTHS if args.paper else PREFERENCE_WIDTHS)
+            args.shapes = ["custom"] if args.paper else list(family.default_shapes)
+        if set(args.shapes) - set(family.shapes):
+            raise UsageError(f"--shapes {' '.join(args.shapes)}: "
+                             + (family.shapes_note or f"the {family.name} family offers --shapes "
+                                                      f"{' '.join(family.shapes)}"))
+        if args.widths is None and family.default_widths is not None:
+            args.widths = list(family.paper_widths if args.paper else family.default_widths)
         if args.widths is not None and "custom" not in args.shapes:
             raise UsageError("--widths applies only to --shapes custom "
                              f"(got --shapes {' '.join(args.shapes)}); "
                              "add custom to --shapes or drop --widths")
-        if args.paper and args.widths is None:
-            args.widths = list(PAPER_WIDTHS)
+        if args.paper and args.widths is None:  # kept out of the defaults: a --widths typed can be told apart
+            args.widths = list(family.paper_widths)
         if "custom" in args.shapes and not args.widths:
             raise UsageError("--shapes custom needs --widths, e.g. --widths 1024 1024 1024 1024")
     if args.schedule == "cosine" and args.steps <= 2 * args.warmup_steps:
@@ -273,44 +242,29 @@ def _given(argv: list[str], flag: str) -> bool:
     return any(token == flag or token.startswith(flag + "=") for token in argv)
 
 
-def resolve_family(args, argv: list[str]) -> None:
-    """Refuse the other family's flags; fill this family's optimiser defaults; drop the other
-    family's settings from args, so that a run's configuration (and a study's key of it)
-    holds only what applies to it."""
-    for family, flags in FAMILY_FLAGS.items():
-        for dest in flags:
+def resolve_family(args, argv: list[str]):
+    """The run's family, after refusing another family's flags, filling this family's
+    optimiser defaults, dropping the other families' settings from args (so that a run's
+    configuration, and a study's key of it, holds only what applies to it) and the family's
+    own refusals."""
+    family = FAMILIES[args.family]
+    for other in FAMILIES.values():
+        for dest in set(other.settings) - set(family.settings):
             flag = "--" + dest.replace("_", "-")
-            if family != args.family:
-                if _given(argv, flag):
-                    raise UsageError(f"{flag} applies to --family {family}, not {args.family}")
+            if _given(argv, flag):
+                raise UsageError(f"{flag} applies to --family {other.name}, not {args.family}")
+            if hasattr(args, dest):
                 delattr(args, dest)
-    for dest, value in FAMILY_OPTIMISER[args.family].items():
+    for dest, value in family.optimiser.items():
         if getattr(args, dest) is None:
             setattr(args, dest, value)
-    if args.family == "preference":
-        if args.encoding in FAMILY_ONLY_ENCODINGS:
-            raise UsageError(f"--encoding {args.encoding} is defined for the hyperteacher only: "
-                             f"{FAMILY_ONLY_ENCODINGS[args.encoding]}")
-        if args.objects > 18:
-            raise UsageError(f"--objects {args.objects}: at most 18 objects fit the grid's 19 free cells "
-                             "beside the agent")
-        if args.M > args.F and not args.allow_M_above_F:
-            raise UsageError(f"--M {args.M} > --F {args.F}: the official run.py requires M ≤ F (with fewer "
-                             "feature types than modules, distinct tasks' rewards can coincide); raise --F, "
-                             "or pass --allow-M-above-F to deviate")
-
-
-# Encodings that need the hyperteacher's examples, refused for the preference grid: the
-# official code has no generator of examples there either (its fewshot raises).
-FAMILY_ONLY_ENCODINGS = {name: "it shows a task by examples of the teacher's outputs, and the preference "
-                               "grid has none (the official code raises there too)"
-                         for name in ("fewshot", "fewshot_fixed_x")}
+    family.validate(args)
+    return family
 
 
 # Settings that do not change a run's result, left out of its configuration's key.
 RUNTIME = ("threads", "no_progress", "json", "save", "force", "checkpoint", "checkpoint_minutes", "log_every",
            "precision", "compile", "fused_adamw", "device", "paper", "seeds")
-DEFAULT_FAMILY = "hyperteacher"
 
 
 def speed_of(args):
@@ -387,38 +341,7 @@ def threads_of_run(n: int | None, largest_step_macs: int):
 
 def make_family(args):
     """The task family of a run, with its encoder, from the run's flags."""
-    return FAMILY_BUILDERS[args.family](args)
-
-
-def _hyperteacher(args):
-    from constructions.tasks.encodings import make_encoder
-    from constructions.tasks.hyperteacher import HyperteacherConfig, sample_hyperteacher
-    from verify.learning.families import HyperteacherFamily
-
-    cfg = HyperteacherConfig(I=args.I, H=args.H, O=args.O, M=args.M, K=args.K, weights=args.weights,
-                             encoding="orthogonal" if args.encoding == "orthogonal" else "identity",
-                             seed=args.seed)
-    teacher = sample_hyperteacher(cfg)
-    return HyperteacherFamily(teacher, make_encoder(args.encoding, teacher, seed=args.seed), args.encoding,
-                              asdict(cfg))
-
-
-def _preference(args):
-    from types import SimpleNamespace
-
-    from constructions.tasks.encodings import make_encoder
-    from constructions.tasks.preference import PreferenceConfig, PreferenceGrid
-    from verify.learning.families import PreferenceFamily
-
-    world = PreferenceGrid(PreferenceConfig(M=args.M, F=args.F, n_objects=args.objects, K=args.K,
-                                            weights=args.weights, timelimit=args.timelimit,
-                                            discount=args.discount, seed=args.seed))
-    # The encoders read only M and K of a family (and a Q the grid does not have).
-    encode = make_encoder(args.encoding, SimpleNamespace(M=args.M, K=args.K, Q=None), seed=args.seed)
-    return PreferenceFamily(world, encode, args.encoding)
-
-
-FAMILY_BUILDERS = {"hyperteacher": _hyperteacher, "preference": _preference}
+    return FAMILIES[args.family].from_args(args)
 
 
 def build_students(args, family, widths_c) -> dict:
@@ -492,7 +415,7 @@ def prepare(args, progress) -> Prepared:
         split = split_of(args)
         family = make_family(args)
         try:
-            reference = family.reference(args.eps) if hasattr(args, "eps") else None
+            reference = family.reference_for(args)
         except ValueError as e:  # an ε no network can reach (more than 2^40 knots)
             raise UsageError(str(e)) from None
     # Every network is scored on the same tasks: the paper's 'test' (fresh tasks on the
@@ -733,10 +656,10 @@ def _fmt(v, spec=".2e"):
 
 
 def format_report(r: dict) -> str:
-    from verify.learning.families import FAMILIES
+    from verify.learning.families import family_named
     from verify.learning.records import lookup
 
-    family = FAMILIES[r.get("family", "hyperteacher")]
+    family = family_named(r.get("family"))
     task, s, tr, ev = r["task"], r["split"], r["train"], r["evaluation"]
     extra = [f"k{k}" for k in ev["extra_active_modules"]]
     beyond = [(k, family.headline, f"{family.headline_label} k={k[1:]}", ".4f") for k in extra]
@@ -776,10 +699,10 @@ def format_report(r: dict) -> str:
 
 def summary(reports: list[dict]) -> list[dict]:
     """Mean ± sd over seeds of each network's headline metric on every side."""
-    from verify.learning.families import FAMILIES
+    from verify.learning.families import family_named
     from verify.learning.records import lookup, mean_sd, sides_of
 
-    family = FAMILIES[reports[0].get("family", "hyperteacher")]
+    family = family_named(reports[0].get("family"))
     out = []
     for row in reports[0]["rows"]:
         entry = dict(network=row["network"], metric=family.headline,

@@ -344,6 +344,43 @@ def encoder_generator(encode, device: torch.device) -> torch.Generator | None:
 _clock = time.monotonic  # the checkpoints' wall clock (tests replace it)
 
 
+def run_loop(cfg: TrainConfig, optimizer: torch.optim.Optimizer, step_once, done: list[RunProgress], *,
+             label: str, progress: bool | None, log_every: int, save=None,
+             checkpoint_seconds: float = CHECKPOINT_SECONDS, stop_after: int | None = None) -> float:
+    """The one training loop, for a run alone (N = 1) and for a pack of N (verify.learning.pack).
+
+    From the members' progress `done` (all at one step), each step sets the schedule's
+    learning rate, takes `step_once()` (the members' losses (N,), detached, where they were
+    computed) and updates the 0.98 running mean in float64 on the device. Every `log_every`
+    steps and at the last it reads the running losses to the host, the loop's one sync, into
+    each member's loss curve; every `checkpoint_seconds` of wall-clock time and at the last
+    step it calls `save(step, running, seconds)`. `stop_after` ends it early (a behaviour
+    record's first steps). Returns the seconds trained, earlier sessions' included."""
+    first = done[0].step
+    running = None if done[0].running is None else torch.stack([d.running for d in done])
+    bar = progress_bar(cfg.steps, label, progress, unit="step")
+    bar.update(first)
+    start, saved_at = time.perf_counter() - max(d.seconds for d in done), _clock()
+    for step in range(first + 1, min(cfg.steps, stop_after or cfg.steps) + 1):
+        if cfg.schedule != "constant":
+            for group in optimizer.param_groups:
+                group["lr"] = learning_rate(cfg, step)
+        losses = step_once().double()
+        running = losses if running is None else 0.98 * running + 0.02 * losses
+        if step % log_every == 0 or step == cfg.steps:
+            values = running.tolist()  # the one host sync of the loop, for every member at once
+            for d, value in zip(done, values, strict=True):
+                d.losses.append((step, value))
+            bar.set_postfix_str(f"loss {values[0]:.2e}" if len(values) == 1
+                                else f"loss {min(values):.2e}–{max(values):.2e}", refresh=False)
+            bar.update(step - bar.n)
+        if save is not None and (step == cfg.steps or _clock() - saved_at >= checkpoint_seconds):
+            save(step, running, time.perf_counter() - start)
+            saved_at = _clock()
+    bar.close()
+    return time.perf_counter() - start
+
+
 def _train(family, train_supports, net, cfg, progress, name, widths, checkpoint,
            checkpoint_seconds, log_every, speed, stop_after=None) -> TrainResult:
     device = torch.device(cfg.device)
@@ -359,27 +396,16 @@ def _train(family, train_supports, net, cfg, progress, name, widths, checkpoint,
         check_checkpoint_space(checkpoint.parent, [net])
         if checkpoint.exists():
             done = resume(checkpoint, fingerprint, net, opt, batches, generator, device)
-    bar = progress_bar(cfg.steps, f"train {name}", progress, unit="step")
-    bar.update(done.step)
-    start, saved_at = time.perf_counter() - done.seconds, _clock()
-    for step in range(done.step + 1, min(cfg.steps, stop_after or cfg.steps) + 1):
-        if cfg.schedule != "constant":
-            for group in opt.param_groups:
-                group["lr"] = learning_rate(cfg, step)
-        loss = train_step(forward, opt, batches(), family.loss, autocast).double()
-        # The running mean in float64 on the device: the same arithmetic as on Python floats.
-        done.running = loss if done.running is None else 0.98 * done.running + 0.02 * loss
-        done.step = step
-        if step % log_every == 0 or step == cfg.steps:
-            running = done.running.item()  # the one host sync of the loop
-            done.losses.append((step, running))
-            bar.set_postfix_str(f"loss {running:.2e}", refresh=False)
-            bar.update(step - bar.n)
-        if checkpoint is not None and (step == cfg.steps or _clock() - saved_at >= checkpoint_seconds):
-            done.seconds = time.perf_counter() - start
-            save_checkpoint(checkpoint, fingerprint, net.state_dict(), opt.state_dict(), batches, generator,
-                            done)
-            saved_at = _clock()
-    bar.close()
+
+    def step_once() -> torch.Tensor:
+        return train_step(forward, opt, batches(), family.loss, autocast).reshape(1)
+
+    def save(step: int, running: torch.Tensor, seconds: float) -> None:
+        done.step, done.seconds, done.running = step, seconds, running[0]
+        save_checkpoint(checkpoint, fingerprint, net.state_dict(), opt.state_dict(), batches, generator, done)
+
+    seconds = run_loop(cfg, opt, step_once, [done], label=f"train {name}", progress=progress,
+                       log_every=log_every, save=save if checkpoint is not None else None,
+                       checkpoint_seconds=checkpoint_seconds, stop_after=stop_after)
     return TrainResult(net=net.to("cpu").double(), widths=list(widths or []), losses=done.losses,
-                       seconds=time.perf_counter() - start, config={**asdict(cfg), "speed": asdict(speed)})
+                       seconds=seconds, config={**asdict(cfg), "speed": asdict(speed)})

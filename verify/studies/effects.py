@@ -25,24 +25,19 @@ import io
 from pathlib import Path
 
 from verify import cli
-from verify.learning.families import FAMILIES
+from verify.learning.families import DEFAULT_FAMILY, FAMILIES, family_named
 from verify.learning.records import mean_sd, records_of
 from verify.studies import behaviour, verdicts
 from verify.studies.grids import study_analysis, study_deviations, study_plan
 from verify.studies.store import RunStore
 
-# The paper's held-out R² by encoding (hyperteacher, M = 16, K = 3, MLP).
-PAPER_ENCODING_R2 = {"identity": 1.00, "orthogonal": 1.00, "tokens": 1.00, "invertible_nn": 0.95,
-                     "interval_shuffle": 0.98, "fewshot": 0.97}
-# Per family, the paper's held-out number by encoding (none stated here for the preference grid).
-PAPER_ENCODING = {"hyperteacher": PAPER_ENCODING_R2}
-CONVERGED_R2 = FAMILIES["hyperteacher"].convergence[1]  # training R² a hyperteacher run must reach
+CONVERGED_R2 = FAMILIES[DEFAULT_FAMILY].convergence[1]  # training R² a hyperteacher run must reach
 
 
 def family_of(report: dict):
     """The task family of a stored report (reports stored before there were two families
     are the hyperteacher's)."""
-    return FAMILIES[report.get("family", "hyperteacher")]
+    return family_named(report.get("family"))
 
 
 def student_rows(report: dict) -> list[dict]:
@@ -143,7 +138,7 @@ def varying_settings(done: list[dict]) -> list[str]:
     from the other's runs), and the family itself where there are two."""
     by_family: dict[str, list] = {}
     for r in done:
-        by_family.setdefault(r["config"].get("family", "hyperteacher"), []).append(r)
+        by_family.setdefault(r["config"].get("family", DEFAULT_FAMILY), []).append(r)
     settings = sorted({k for r in done for k in r["config"]})
     return [k for k in settings if k != "seed" and (k == "family" and len(by_family) > 1 or any(
         len({hashable(r["config"].get(k)) for r in runs_of}) > 1 for runs_of in by_family.values()))]
@@ -204,12 +199,14 @@ def _code_notes(study: str, scale: str, stale: dict[str, list], n_done: int,
 
 def _paper_encoding(rows: list[dict], varying: list[str]) -> list[str]:
     """The paper's held-out number beside each encoding's row, where the family has one."""
-    if "encoding" not in varying or not any(r["family"] in PAPER_ENCODING for r in rows):
+    families = [family_named(f) for f in dict.fromkeys(r["family"] for r in rows)]
+    stated = [f for f in families if f.paper_by_encoding]
+    if "encoding" not in varying or not stated:
         return []
     for row in rows:
-        row["paper_held_out_r2"] = PAPER_ENCODING.get(row["family"], {}).get(row["encoding"])
-    return ["paper_held_out_r2: the paper's held-out R² for the encoding (hyperteacher, M = 16, K = 3, "
-            "4×1024 MLP, 300k steps)"]
+        row["paper_held_out_r2"] = family_named(row["family"]).paper_by_encoding.get(row["encoding"])
+    return [f"paper_held_out_r2: the paper's held-out {f.headline_label} for the encoding "
+            f"({f.paper_by_encoding_setting})" for f in stated]
 
 
 def _completeness_notes(rows: list[dict], n_done: int, n_failed: int, n_old: int,

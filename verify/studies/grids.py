@@ -73,6 +73,7 @@ DEFAULT_PROGRAM = "verify.sgd"
 PROGRAMS = {p.name: p for p in (
     Program("verify.sgd", "verify.learning.sgd", "verify.studies.effects", "--checkpoint", sgd_grid=True),
     Program("verify.images.train", "verify.images.train", "verify.images.study", "--out"),
+    Program("verify.kernel", "verify.learning.kernel_vs_sgd", "verify.studies.kernel_report", "--save"),
 )}
 
 
@@ -254,18 +255,28 @@ def load_study(name: str, scale: str) -> tuple[str, list[dict[str, list]], str]:
     return str(study.get("name") or path.stem), [grid, *extra], program
 
 
-@functools.cache
 def _flags(program: str = DEFAULT_PROGRAM) -> dict[str, str]:
     """The program's flag for each destination (--held-out for held_out)."""
-    parser = PROGRAMS[program].load().build_parser()
-    return {a.dest: a.option_strings[-1] for a in parser._actions if a.option_strings}
+    return {a.dest: a.option_strings[-1] for a in _options(program, _registered())}
+
+
+def _switches(program: str = DEFAULT_PROGRAM) -> frozenset[str]:
+    """The destinations of the program's flags that take no value (store_true)."""
+    return frozenset(a.dest for a in _options(program, _registered()) if a.nargs == 0)
+
+
+def _registered() -> tuple[str, ...]:
+    """The task families registered now: verify.sgd's flags include each one's own."""
+    from verify.learning.families import FAMILIES
+
+    return tuple(FAMILIES)
 
 
 @functools.cache
-def _switches(program: str = DEFAULT_PROGRAM) -> frozenset[str]:
-    """The destinations of the program's flags that take no value (store_true)."""
+def _options(program: str, families: tuple[str, ...]) -> tuple:
+    """The program's optional arguments (argparse actions), per set of registered families."""
     parser = PROGRAMS[program].load().build_parser()
-    return frozenset(a.dest for a in parser._actions if a.option_strings and a.nargs == 0)
+    return tuple(a for a in parser._actions if a.option_strings)
 
 
 def own_parameters(params: dict, program: str = DEFAULT_PROGRAM) -> dict:
@@ -274,14 +285,15 @@ def own_parameters(params: dict, program: str = DEFAULT_PROGRAM) -> dict:
     takes its own student's. Likewise a grid that crosses task families sets each family's own
     settings; each run takes its own family's. Another program's runs take every parameter."""
     if not PROGRAMS[program].sgd_grid:
-        return dict(params)
-    from verify.learning.sgd import DEFAULT_FAMILY, FAMILY_FLAGS
+        module = PROGRAMS[program].load()  # a program may say which parameters apply to a run
+        return module.own_parameters(params) if hasattr(module, "own_parameters") else dict(params)
+    from verify.learning.families import DEFAULT_FAMILY, FAMILIES
 
     student = params.get("student", "mlp")
     params = {k: v for k, v in params.items() if k not in STUDENT_ONLY or student in STUDENT_ONLY[k]}
-    family = params.get("family", DEFAULT_FAMILY)
+    own = set(FAMILIES[params.get("family", DEFAULT_FAMILY)].settings)
     return {k: v for k, v in params.items()
-            if not any(k in own for f, own in FAMILY_FLAGS.items() if f != family)}
+            if not any(k in other.settings and k not in own for other in FAMILIES.values())}
 
 
 def program_argv(params: dict, program: str = DEFAULT_PROGRAM) -> list[str]:

@@ -407,13 +407,15 @@ def readout_norms(I: int, H: int, O: int, K: int, seeds) -> dict[int, float]:
 def points_of(runs: list[dict]) -> list[dict]:
     """One plain record per done run of a width × depth MLP on the hyperteacher (store rows,
     as RunStore.rows gives them): its settings and its held-out R², RMSE and training R²."""
+    from verify.learning.families import DEFAULT_FAMILY, HyperteacherFamily
     from verify.learning.records import lookup, records_of
 
     out = []
     for r in runs:
         c, report = r["config"], r.get("report")
         widths = c.get("widths") or []
-        if (r.get("status") != "done" or report is None or c.get("family", "hyperteacher") != "hyperteacher"
+        hyperteacher = c.get("family", DEFAULT_FAMILY) == HyperteacherFamily.name
+        if (r.get("status") != "done" or report is None or not hyperteacher
                 or not widths or len(set(widths)) != 1):
             continue
         metrics = records_of(report)
@@ -550,9 +552,9 @@ def analyse(points: list[dict], criteria=CRITERIA, norms: dict[int, float] | Non
     the training tasks needed where the runs vary the held-out fraction at a fixed width, and
     each ladder's mean curves (for the figure). `norms`: each seed's readout norm a
     (readout_norms); without them the construction's units are left out."""
-    from verify.learning.families import FAMILIES
+    from verify.learning.families import HyperteacherFamily
 
-    converged_r2 = FAMILIES["hyperteacher"].convergence[1]  # training R² a run must reach
+    converged_r2 = HyperteacherFamily.convergence[1]  # training R² a run must reach
     if not points:
         return dict(runs=0, notes=["no finished run of a width × depth MLP on the hyperteacher"])
     criteria = list(criteria)

@@ -1,0 +1,217 @@
+"""The kernel limit of training on the hyperteacher (verify.learning.kernel_limit), the
+linearised network and the NTK's movement (verify.learning.linearised), and
+`python -m verify.kernel` (issue 35, parts 3, 4 and 6)."""
+
+import copy
+import json
+
+import pytest
+import torch
+from torch import nn
+
+from verify.learning import kernel_limit, kernel_vs_sgd, kernels, sgd
+from verify.learning.kernel_limit import KernelConfig, fit
+from verify.learning.linearised import Linearised, kernel_movement, output_ntk
+from verify.learning.students import mlp_student
+
+SMALL = ["--M", "5", "--K", "2", "--I", "2", "--H", "2", "--O", "2", "--eval-tasks", "32", "--eval-samples",
+         "4", "--no-progress", "--seed", "3"]
+
+
+def rows(n, d=5, seed=0):
+    return torch.randn(n, d, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+
+
+# ----------------------------------------------------------------------------- kernel regression
+
+def test_the_fit_is_the_closed_form_solve_and_interpolates_its_rows():
+    """α = K⁻¹Y against torch.linalg.solve on the same kernel (another solver), and with no
+    jitter the predictor goes through every training row."""
+    x, y, x_new = rows(40), rows(40, 3, seed=1), rows(7, seed=2)
+    cfg = KernelConfig(kernel="ntk", depth=3, jitter=0.0, tasks=40, samples_per_task=1)
+    result = fit(cfg, x, y)
+    k = kernels.ntk(x, depth=3)
+    expected = kernels.ntk(x_new, x, depth=3) @ torch.linalg.solve(k, y)
+    with torch.no_grad():
+        assert torch.allclose(result.predictor(x_new), expected, rtol=1e-8, atol=1e-10)
+    assert result.train_rmse < 1e-8 and result.jitter_absolute == 0.0
+
+
+def test_the_mean_predictor_ignores_the_kernels_scale_but_not_its_depth():
+    """ReLU without biases is homogeneous: σ_w² = 2 scales the NNGP by 2^depth, and the mean
+    predictor does not move; one layer more gives another predictor (caught)."""
+    x, y, x_new = rows(30), rows(30, 2, seed=1), rows(10, seed=2)
+
+    def predict(**kw):
+        cfg = KernelConfig(kernel="nngp", tasks=30, samples_per_task=1, jitter=1e-12, **kw)
+        with torch.no_grad():
+            return fit(cfg, x, y).predictor(x_new)
+
+    base = predict(depth=3)
+    assert torch.allclose(predict(depth=3, sigma_w2=2.0), base, rtol=1e-7, atol=1e-9)
+    assert (predict(depth=4) - base).abs().max() > 1e-3
+
+
+def test_a_duplicate_row_without_jitter_is_refused_and_jitter_mends_it():
+    x = rows(10)
+    x = torch.cat([x, x[:1]])
+    y = rows(11, 1, seed=1)
+    with pytest.raises(kernel_limit.NotPositiveDefinite, match="raise the jitter"):
+        fit(KernelConfig(jitter=0.0, tasks=11, samples_per_task=1, depth=2), x, y)
+    # With jitter it is a ridge fit: the other rows are met, the twice-seen row gets its targets' mean.
+    predictor = fit(KernelConfig(jitter=1e-8, tasks=11, samples_per_task=1, depth=2), x, y).predictor
+    with torch.no_grad():
+        pred = predictor(x)
+    assert torch.allclose(pred[1:10], y[1:10], atol=1e-4)
+    assert torch.allclose(pred[[0, 10]], (y[0] + y[10]).expand(2, 1) / 2, atol=1e-4)
+
+
+def test_the_config_refuses_what_it_cannot_fit():
+    for bad in (dict(kernel="rbf"), dict(depth=0), dict(parametrization="mup"), dict(tasks=0),
+                dict(jitter=-1.0)):
+        with pytest.raises(ValueError):
+            KernelConfig(**bad)
+
+
+def test_the_memory_estimate_counts_the_gram_and_the_blocks():
+    assert kernel_limit.solve_bytes(10_000, 4) == 8 * 10_000**2 + 8 * 12 * 1024 * 10_000
+
+
+# ----------------------------------------------------------------------------- the linearised network
+
+def test_the_linearised_network_is_the_first_order_expansion():
+    """At θ₀ it is the network; at θ₀ + tδ it is f(θ₀) + t·J δ by torch.func.jvp (another
+    computation of the same product), while the network itself differs at order t²."""
+    torch.manual_seed(0)
+    net = mlp_student(5, [16, 16], 3).double()
+    lin = Linearised(copy.deepcopy(net)).double()
+    x = rows(9)
+    with torch.no_grad():
+        assert torch.allclose(lin(x), net(x), atol=1e-12)
+    delta = {n: torch.randn_like(p) for n, p in net.named_parameters()}
+    theta0 = {n: p.detach().clone() for n, p in net.named_parameters()}
+    f0, jd = torch.func.jvp(lambda params: torch.func.functional_call(net, params, (x,)), (theta0,), (delta,))
+    t = 1e-2
+    with torch.no_grad():
+        for n, p in lin.net.named_parameters():
+            p.add_(t * delta[n])
+        moved = torch.func.functional_call(net, {n: theta0[n] + t * delta[n] for n in theta0}, (x,))
+        assert torch.allclose(lin(x), f0 + t * jd, rtol=1e-10, atol=1e-12)
+        assert (moved - lin(x)).abs().max() > 1e-9  # the network is not linear in its parameters
+
+
+def test_gradient_descent_on_the_linearised_network_converges_to_its_empirical_kernels_predictor():
+    """A linear model trained by full-batch gradient descent from θ₀ ends at
+    f₀ + Θ(x*, X) Θ(X, X)⁻¹ (Y − f₀(X)) with its own (empirical) NTK: the linearisation's
+    Jacobian is the one kernels.empirical_ntk contracts."""
+    torch.manual_seed(1)
+    net = mlp_student(4, [32], 1).double()
+    x, y, x_new = rows(8, 4), rows(8, 1, seed=1), rows(5, 4, seed=2)
+    lin = Linearised(copy.deepcopy(net)).double()
+    theta_xx, _ = kernels.empirical_ntk(net, x)
+    eigenvalues = torch.linalg.eigvalsh(theta_xx)
+    opt = torch.optim.SGD(lin.parameters(), lr=1.0 / float(eigenvalues[-1]))  # a stable step
+    steps = int(30 * eigenvalues[-1] / eigenvalues[0])  # the slowest mode decays by e^-30
+    for _ in range(min(steps, 200_000)):
+        opt.zero_grad()
+        (0.5 * ((lin(x) - y) ** 2).sum()).backward()
+        opt.step()
+    theta_nx, _ = kernels.empirical_ntk(net, x_new, x)
+    with torch.no_grad():
+        expected = net(x_new) + theta_nx @ torch.linalg.solve(theta_xx, y - net(x))
+        assert torch.allclose(lin(x_new), expected, atol=1e-6)
+
+
+def test_kernel_movement_is_zero_without_training_and_grows_with_it():
+    torch.manual_seed(2)
+    net = mlp_student(4, [32, 32], 2).double()
+    x = rows(12, 4)
+    assert kernel_movement(net, copy.deepcopy(net), x) == 0.0
+    moved = copy.deepcopy(net)
+    with torch.no_grad():
+        for p in moved.parameters():
+            p.mul_(1.1)
+    # Every weight × 1.1 in a bias-free ReLU stack at init (zero biases): each output's NTK
+    # scales by a known factor, and the movement with it.
+    assert kernel_movement(net, moved, x) > 0.1
+    theta = output_ntk(net, x)
+    assert torch.allclose(theta, theta.T) and bool((torch.linalg.eigvalsh(theta) > -1e-9).all())
+
+
+# ----------------------------------------------------------------------------- python -m verify.kernel
+
+def test_the_trained_method_is_the_sgd_student():
+    """--method trained trains exactly verify.sgd's student (same init, data stream, loop
+    and scoring): its held-out R² and RMSE are verify.sgd's for the same settings."""
+    common = [*SMALL, "--steps", "30", "--tasks-per-batch", "8", "--samples-per-task", "4",
+              "--extra-modules", "0"]
+    ours = kernel_vs_sgd.run(kernel_vs_sgd.parse_args([*common, "--method", "trained", "--width", "8",
+                                                       "--depth", "2", "--probe-rows", "16"]))
+    theirs = sgd.run(sgd.parse_args([*common, "--shapes", "custom", "--widths", "8", "8", "--eps", "0.5"]))
+
+    def metric(report, network, side, name):
+        return next(m["value"] for m in report["metrics"]
+                    if (m["network"], m["side"], m["metric"]) == (network, side, name))
+
+    for name in ("r2", "rmse"):
+        assert metric(ours, "trained", "held_out", name) == pytest.approx(
+            metric(theirs, "sgd custom", "held_out", name), rel=1e-9)
+    assert ours["record"]["kernel_movement"] > 0
+
+
+@pytest.mark.parametrize("method", ["ntk", "nngp", "linearised"])
+def test_each_method_runs_and_reports_json(method, capsys):
+    extra = (["--tasks", "16", "--samples-per-task", "4"] if method in ("ntk", "nngp")
+             else ["--width", "16", "--steps", "20", "--tasks-per-batch", "4", "--samples-per-task", "4"])
+    assert kernel_vs_sgd.main([*SMALL, "--method", method, *extra, "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["method"] == method
+    assert {m["side"] for m in report["metrics"]} == {"train", "held_out"}
+    assert {m["metric"] for m in report["metrics"]} >= {"r2", "rmse", "sup"}
+
+
+def test_the_ladder_stops_when_settled_and_says_when_it_is_not(monkeypatch):
+    base = [*SMALL, "--method", "ntk", "--tasks", "8", "--samples-per-task", "8", "--ladder"]
+    monkeypatch.setattr(kernel_vs_sgd, "LADDER_TOLERANCE", 10.0)  # any change counts as settled
+    early = kernel_vs_sgd.run(kernel_vs_sgd.parse_args(base))["record"]
+    assert [s["samples_per_task"] for s in early["ladder"]] == [1, 2] and early["ladder_settled"] is True
+    monkeypatch.setattr(kernel_vs_sgd, "LADDER_TOLERANCE", 0.0)  # nothing settles: the ladder's end
+    full = kernel_vs_sgd.run(kernel_vs_sgd.parse_args(base))["record"]
+    assert [s["samples_per_task"] for s in full["ladder"]] == [1, 2, 4, 8] and full["ladder_settled"] is False
+    assert full["fit"]["rows"] == 64
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--encoding", "nope"], "invalid choice"),
+    (["--depth", "0"], "--depth"),
+    (["--method", "trained", "--width", "1.5"], "--width"),
+    (["--method", "ntk", "--width", "64"], "--width does not apply to --method ntk"),
+    (["--method", "trained", "--jitter", "0.1"], "--jitter does not apply to --method trained"),
+    (["--method", "nngp", "--tasks", "100000", "--samples-per-task", "100000"], "the kernel solve needs"),
+    (["--encoding", "fewshot"], "drawn anew at every call"),
+])
+def test_bad_input_gets_one_line_and_exit_2_before_any_work(argv, message, capsys):
+    assert kernel_vs_sgd.main([*argv, "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1
+
+
+def test_a_studys_key_holds_only_what_the_method_reads():
+    kernel = kernel_vs_sgd.run_config(kernel_vs_sgd.parse_args([*SMALL, "--method", "nngp"]))
+    trained = kernel_vs_sgd.run_config(kernel_vs_sgd.parse_args([*SMALL, "--method", "trained"]))
+    assert {"width", "steps", "lr", "parametrization"}.isdisjoint(kernel) and kernel["tasks"] == 512
+    assert {"tasks", "jitter", "ladder"}.isdisjoint(trained) and trained["width"] == 256
+
+
+def test_the_behaviour_record_moves_with_the_kernel_and_the_training():
+    ntk = kernel_vs_sgd.behaviour(kernel_vs_sgd.parse_args([*SMALL, "--method", "ntk"]))
+    deeper = kernel_vs_sgd.behaviour(kernel_vs_sgd.parse_args([*SMALL, "--method", "ntk", "--depth", "5"]))
+    assert ntk["split"] == deeper["split"] and ntk["kernel"] != deeper["kernel"]
+    trained = kernel_vs_sgd.behaviour(kernel_vs_sgd.parse_args([*SMALL, "--method", "trained",
+                                                                "--width", "8"]))
+    assert len(trained["losses"]) == kernel_vs_sgd.BEHAVIOUR_STEPS
+
+
+def test_an_mlp_of_other_layers_is_refused_by_the_linearisation():
+    with pytest.raises(ValueError, match="Linear and ReLU"):
+        Linearised(nn.Sequential(nn.Linear(2, 3), nn.Tanh(), nn.Linear(3, 1)))

@@ -1,0 +1,384 @@
+"""python -m verify.kernel: the infinite-width kernel limit of an MLP student on the
+hyperteacher, beside the network linearised at init and the trained network (issue 35).
+
+Is compositional generalization on the hyperteacher a kernel property or a feature-learning
+one? One run is one --method on one split, scored on the same held-out supports, with the
+same compositional R², RMSE and sup error, through the family's own scoring code
+(verify.learning.families) as a verify.sgd run:
+  ntk         kernel regression with the student's NTK (gradient flow at infinite width)
+  nngp        the NNGP posterior mean (Bayesian inference at infinite width)
+  linearised  the student's first-order Taylor expansion at init, trained as the student is
+  trained     the student itself (AdamW, the paper's settings), and how far its NTK moved
+The kernel limits fit --tasks tasks × --samples-per-task x drawn from the training supports
+(kernel_limit.py; --ladder doubles the samples per task until the held-out R² stops moving);
+the networks train on fresh tasks every step, as verify.sgd's students do.
+Exit codes: 0 done, 2 usage error, 3 internal error, 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import os
+import time
+
+from constructions.names import ENCODING_NAMES, SPLITS
+from verify import cli
+from verify.cli import (
+    UsageError,
+    non_negative_float,
+    non_negative_int,
+    open_fraction,
+    positive_float,
+    positive_int,
+)
+from verify.learning.families import HyperteacherFamily
+
+METHODS = ("ntk", "nngp", "linearised", "trained")
+KERNEL_METHODS = ("ntk", "nngp")
+NETWORKS = ("linearised", "trained")
+PARAMETRIZATIONS = ("standard", "ntk")  # kernels.PARAMETRIZATIONS, named here without torch (--help)
+# The settings that only some methods read: each is refused for the others (and a study's
+# grid point passes it only to the methods that read it: own_parameters).
+APPLIES = {"width": NETWORKS, "steps": NETWORKS, "tasks_per_batch": NETWORKS, "lr": NETWORKS,
+           "weight_decay": NETWORKS, "probe_rows": ("trained",), "parametrization": ("ntk",),
+           "tasks": KERNEL_METHODS, "ladder": KERNEL_METHODS, "jitter": KERNEL_METHODS}
+LADDER_TOLERANCE = 0.005  # held-out R² that a doubling of the samples per task may still move
+MEMORY_SHARE = 0.8  # of the memory available now, what a kernel solve may take
+
+
+def build_parser() -> cli.Parser:
+    p = cli.Parser("python -m verify.kernel", __doc__)
+    cli.add_teacher_flags(p, dict(M=8, K=2, I=4, H=4, O=4), encodings=ENCODING_NAMES,
+                          encoding_help="task encoding the students read", strict_names=True)
+    p.add_argument("--method", choices=METHODS, default="ntk", help="what is fitted or trained (default ntk)")
+    p.add_argument("--split", default="random", choices=SPLITS,
+                   help="which supports are held out (default random)")
+    p.add_argument("--held-out", type=open_fraction, default=0.25,
+                   help="held-out fraction of supports, in (0, 1) (default 0.25)")
+    p.add_argument("--depth", type=positive_int, default=4,
+                   help="hidden layers of the student, the kernels' and the networks' (default 4)")
+    p.add_argument("--width", type=positive_int,
+                   help="linearised and trained: hidden units per layer (default 256); the kernel limits "
+                        "have none")
+    p.add_argument("--parametrization", choices=PARAMETRIZATIONS, default="standard",
+                   help="ntk: the students' standard parametrization (Θ/width's limit) or NTK "
+                        "parametrization (Jacot's) (default standard)")
+    p.add_argument("--tasks", type=positive_int, default=512,
+                   help="ntk, nngp: training tasks the kernel regression fits (default 512)")
+    p.add_argument("--samples-per-task", type=positive_int, default=16,
+                   help="x per task: the kernel regression's rows per task, or the networks' per task per "
+                        "step (default 16, the paper's)")
+    p.add_argument("--ladder", action="store_true",
+                   help="ntk, nngp: fit 1, 2, 4, … x per task up to --samples-per-task, stopping when the "
+                        f"held-out R² moves by less than {LADDER_TOLERANCE}")
+    p.add_argument("--jitter", type=non_negative_float, default=1e-10,
+                   help="ntk, nngp: λ/mean diag K added to K(X, X)'s diagonal (default 1e-10)")
+    p.add_argument("--steps", type=positive_int, default=1500,
+                   help="linearised, trained: training steps (default 1500)")
+    p.add_argument("--tasks-per-batch", type=positive_int, default=32,
+                   help="linearised, trained: tasks per step (default 32)")
+    p.add_argument("--lr", type=positive_float, default=HyperteacherFamily.optimiser["lr"],
+                   help=f"AdamW learning rate (default {HyperteacherFamily.optimiser['lr']:g}, the paper's)")
+    p.add_argument("--weight-decay", type=non_negative_float,
+                   default=HyperteacherFamily.optimiser["weight_decay"],
+                   help=f"AdamW weight decay (default {HyperteacherFamily.optimiser['weight_decay']:g})")
+    p.add_argument("--eval-tasks", type=positive_int, default=1024,
+                   help="tasks on each side for RMSE and R² (default 1024, the paper's)")
+    p.add_argument("--eval-samples", type=positive_int, default=16,
+                   help="x per task for RMSE and R² (default 16)")
+    p.add_argument("--extra-modules", type=non_negative_int, default=0,
+                   help="also score tasks with K+1 … K+this many active modules (default 0)")
+    p.add_argument("--probe-rows", type=positive_int, default=256,
+                   help="trained: rows on which the NTK's movement is measured (default 256)")
+    p.add_argument("--device", default="cpu", help="where the networks train: cpu or cuda[:N] (default cpu)")
+    p.add_argument("--save", metavar="DIR",
+                   help="write report.json (and a trained network's state_dict) into DIR")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    cli.add_common(p, threads_default="1")
+    return p
+
+
+# Settings that do not change a result, left out of a study's key.
+RUNTIME = ("threads", "no_progress", "json", "save", "device")
+
+
+def parse_args(argv=None):
+    import sys
+
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = build_parser().parse_args(argv)
+    kernel = args.method in KERNEL_METHODS
+    if args.K > args.M:
+        raise UsageError(f"--K must be at most --M (got K={args.K}, M={args.M})")
+    for dest, methods in APPLIES.items():
+        flag = "--" + dest.replace("_", "-")
+        if args.method not in methods and any(t == flag or t.startswith(flag + "=") for t in argv):
+            raise UsageError(f"{flag} does not apply to --method {args.method}")
+    if not kernel and args.width is None:
+        args.width = 256
+    if args.encoding.startswith("fewshot"):
+        raise UsageError(f"--encoding {args.encoding}: a kernel reads fixed rows [e(z), x], and fewshot's "
+                         "e(z) is drawn anew at every call")
+    cli.check_device(args.device)
+    if kernel:
+        _check_memory(args.tasks * args.samples_per_task, args.depth)
+    if args.save:
+        args.save = cli.prepare_out_dir(args.save, "--save", force=True)
+    return args
+
+
+def available_bytes() -> int:
+    """The memory available now (MemAvailable), or the physical memory where unknown."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def _check_memory(rows: int, depth: int) -> None:
+    from verify.learning.kernel_limit import solve_bytes
+
+    need, have = solve_bytes(rows, depth), available_bytes()
+    if need > MEMORY_SHARE * have:
+        raise UsageError(f"--tasks × --samples-per-task = {rows:,} rows: the kernel solve needs "
+                         f"{need / 2**30:.1f} GiB, more than {MEMORY_SHARE:.0%} of the "
+                         f"{have / 2**30:.1f} GiB available; lower --tasks or --samples-per-task")
+
+
+def run_config(args) -> dict:
+    """A run's resolved configuration, as a study keys it: the settings its method reads."""
+    return {k: v for k, v in sorted(vars(args).items())
+            if k not in RUNTIME and args.method in APPLIES.get(k, METHODS)}
+
+
+def own_parameters(params: dict) -> dict:
+    """The grid point's parameters that its method reads (a study crossing methods and widths
+    gives the kernel limits no width: they run once a seed, not once a width)."""
+    method = params.get("method", "ntk")
+    return {k: v for k, v in params.items() if method in APPLIES.get(k, METHODS)}
+
+
+# ----------------------------------------------------------------------------- one run
+
+def _family_and_split(args):
+    from verify.learning.sgd import split_of
+
+    return HyperteacherFamily.from_args(args), split_of(args)
+
+
+def _sides(args, family, split) -> dict:
+    extra = list(range(args.K + 1, min(args.K + args.extra_modules, args.M) + 1))
+    return family.eval_sides(split, extra, args.eval_tasks, args.eval_samples, args.seed)
+
+
+def _kernel_config(args, samples_per_task: int):
+    from verify.learning.kernel_limit import KernelConfig
+
+    return KernelConfig(kernel=args.method, depth=args.depth, parametrization=args.parametrization,
+                        tasks=args.tasks, samples_per_task=samples_per_task, jitter=args.jitter)
+
+
+def _held_out_r2(family, predictor, sides) -> float:
+    from verify.learning.metrics import compositional_r2_paper, predict
+
+    _, samples = sides["held_out"]
+    return compositional_r2_paper(predict(predictor, samples, family.encode), samples)
+
+
+def fit_kernel(args, family, split, sides, progress) -> tuple[object, dict]:
+    """The kernel limit's predictor, and what its fit (or ladder of fits) recorded."""
+    from verify.learning.kernel_limit import fit, training_rows
+
+    ladder = [1 << i for i in range(int(math.log2(args.samples_per_task)) + 1)] if args.ladder else []
+    ladder = [p for p in ladder if p < args.samples_per_task] + [args.samples_per_task]
+    steps, previous = [], None
+    for P in ladder:
+        cfg = _kernel_config(args, P)
+        with cli.phase(f"{args.method} limit: {cfg.rows:,} rows", progress):
+            x, y = training_rows(family, split.train, cfg, args.seed)
+            result = fit(cfg, x, y)
+            r2 = _held_out_r2(family, result.predictor, sides)
+        steps.append(dict(samples_per_task=P, rows=cfg.rows, held_out_r2=r2, **result.summary()))
+        if previous is not None and abs(r2 - previous) < LADDER_TOLERANCE:
+            break
+        previous = r2
+    settled = len(steps) > 1 and abs(steps[-1]["held_out_r2"] - steps[-2]["held_out_r2"]) < LADDER_TOLERANCE
+    return result.predictor, dict(fit=steps[-1], ladder=steps if args.ladder else None,
+                                  ladder_settled=settled if args.ladder else None)
+
+
+def _student(args, family):
+    import torch
+
+    from verify.learning.train import mlp
+
+    torch.manual_seed(args.seed)  # as verify.sgd's students start
+    return mlp(family.E + family.I, [args.width] * args.depth, family.O, "lecun_normal")
+
+
+def _train_config(args):
+    from verify.learning.train import TrainConfig
+
+    return TrainConfig(steps=args.steps, tasks_per_batch=args.tasks_per_batch,
+                       samples_per_task=args.samples_per_task, lr=args.lr, weight_decay=args.weight_decay,
+                       seed=args.seed, device=args.device)
+
+
+def train_network(args, family, split, sides, progress, stop_after=None) -> tuple[object, dict]:
+    """The linearised or the trained student after training, and its training record (and,
+    trained, its NTK's movement on probe rows from the held-out tasks)."""
+    from verify.learning.linearised import Linearised, kernel_movement
+    from verify.learning.train import train_student
+
+    student = _student(args, family)
+    init = copy.deepcopy(student).double()
+    net = Linearised(student) if args.method == "linearised" else student
+    result = train_student(family, split.train, net, _train_config(args), progress=progress,
+                           threads=args.threads, name=f"{args.method} {args.depth}×{args.width}",
+                           widths=[args.width] * args.depth, stop_after=stop_after,
+                           log_every=1 if stop_after else None)
+    record = dict(losses=result.losses, train_seconds=result.seconds, final_loss=result.losses[-1][1])
+    if args.method == "trained" and stop_after is None:
+        with cli.phase("the NTK's movement", progress):
+            record["kernel_movement"] = kernel_movement(init, result.net, probe_rows(args, family, sides))
+    return result.net, record
+
+
+def probe_rows(args, family, sides):
+    """The first --probe-rows rows [e(z), x] of the held-out side, float64."""
+    import torch
+
+    _, samples = sides["held_out"]
+    e = family.encode(samples.z).to(torch.float64)
+    T, P, _ = samples.x.shape
+    rows = torch.cat([e[:, None, :].expand(T, P, e.shape[1]), samples.x], dim=2).reshape(T * P, -1)
+    return rows[:args.probe_rows]
+
+
+def run(args) -> dict:
+    """One run: the family, split and scoring sides; the method's predictor; its scores."""
+    from verify.learning.records import as_dicts
+    from verify.learning.sgd import threads_of_run
+
+    progress = False if args.no_progress else None
+    start = time.perf_counter()
+    with threads_of_run(args.threads, 0):
+        family, split = _family_and_split(args)
+        sides = _sides(args, family, split)
+        if args.method in KERNEL_METHODS:
+            predictor, record = fit_kernel(args, family, split, sides, progress)
+        else:
+            predictor, record = train_network(args, family, split, sides, progress)
+        with cli.phase(f"evaluate {args.method}", progress):
+            metrics, _ = family.score(args.method, predictor, sides, args.seed)
+    report = dict(program="verify.kernel", method=args.method, family=family.name, task=family.config(),
+                  encoding=args.encoding, split=split.summary(), depth=args.depth,
+                  width=args.width, record=record, metrics=as_dicts(metrics),
+                  evaluation=dict(tasks_per_side=args.eval_tasks, rows_per_task=args.eval_samples),
+                  seconds=time.perf_counter() - start)
+    if args.save:
+        _save(args, report, predictor)
+    return report
+
+
+def _save(args, report: dict, predictor) -> None:
+    from pathlib import Path
+
+    import torch
+
+    out = Path(args.save)
+    if args.method not in KERNEL_METHODS:
+        with cli.atomic_path(out / f"{args.method}.pt") as tmp:
+            torch.save(predictor.state_dict(), tmp)
+    cli.write_text_atomic(out / "report.json", cli.to_json(report))
+
+
+# A run's behaviour record (verify.studies.behaviour): numbers any change to its fit,
+# training or scoring moves.
+BEHAVIOUR_ROWS = 8
+BEHAVIOUR_STEPS = 4
+
+
+def behaviour(args) -> dict[str, list[float]]:
+    """The split's sizes; for a kernel limit, its kernel on the first BEHAVIOUR_ROWS training
+    rows and a fit on them scored on the held-out side's first rows; for a network, its
+    first BEHAVIOUR_STEPS training losses."""
+    import numpy as np
+    import torch
+
+    from verify.learning.kernel_limit import fit, training_rows
+
+    small = copy.copy(args)
+    small.save, small.device, small.eval_tasks = None, "cpu", BEHAVIOUR_ROWS
+    family, split = _family_and_split(small)
+    out = {"split": [float(len(split.train)), float(len(split.test)),
+                     float(np.asarray(split.train).sum()), float(np.asarray(split.test).sum())]}
+    if args.method in KERNEL_METHODS:
+        cfg = _kernel_config(small, 1)
+        x, y = training_rows(family, split.train, cfg, args.seed)
+        x, y = x[:BEHAVIOUR_ROWS], y[:BEHAVIOUR_ROWS]
+        out["kernel"] = cfg.kernel_of(x, x).flatten().tolist()
+        sides = _sides(small, family, split)
+        _, samples = sides["held_out"]
+        with torch.no_grad():
+            predictor = fit(cfg, x, y).predictor
+            out["fit"] = predictor(probe_rows(small, family, sides)[:BEHAVIOUR_ROWS]).flatten().tolist()
+    else:
+        _, record = train_network(small, family, split, {}, False, stop_after=BEHAVIOUR_STEPS)
+        out["losses"] = [v for _, v in record["losses"]]
+    return out
+
+
+# ----------------------------------------------------------------------------- the command line
+
+def format_report(r: dict) -> str:
+    from verify.learning.records import lookup
+
+    task, s = r["task"], r["split"]
+    size = "" if r["method"] in KERNEL_METHODS else f" {r['depth']}×{r['width']}"
+    lines = [f"hyperteacher M={task['M']} K={task['K']} I={task['I']} H={task['H']} O={task['O']} "
+             f"encoding={r['encoding']} seed={task['seed']}",
+             f"split    {s['name']}: {s['n_train']} training supports, {s['n_test']} held out",
+             f"method   {r['method']}{size} (depth {r['depth']})"]
+    rec = r["record"]
+    if r["method"] in KERNEL_METHODS:
+        for step in rec["ladder"] or [rec["fit"]]:
+            lines.append(f"  fit on {step['rows']:,} rows ({step['samples_per_task']} x per task): "
+                         f"held-out R² {step['held_out_r2']:.4f}, jitter λ = {step['jitter_absolute']:.2e}, "
+                         f"kernel {step['seconds_kernel']:.1f} s, solve {step['seconds_solve']:.1f} s")
+        if rec["ladder"] is not None:
+            lines.append(f"  ladder {'settled' if rec['ladder_settled'] else 'NOT settled'} "
+                         f"(|ΔR²| < {LADDER_TOLERANCE} between the last two fits)")
+    else:
+        lines.append(f"  trained {rec['losses'][-1][0]} steps in {rec['train_seconds']:.1f} s, final loss "
+                     f"{rec['final_loss']:.3e}")
+        if "kernel_movement" in rec:
+            lines.append(f"  NTK movement ‖Θ_T − Θ_0‖/‖Θ_0‖ = {rec['kernel_movement']:.3f}")
+    lines.append("")
+    sides = list(dict.fromkeys(m["side"] for m in r["metrics"]))
+    lines.append(f"{'side':<10} {'R²':>8} {'RMSE':>10} {'sup':>10}")
+    for side in sides:
+        lines.append(f"{side:<10} {lookup(r['metrics'], r['method'], side, 'r2'):>8.4f} "
+                     f"{lookup(r['metrics'], r['method'], side, 'rmse'):>10.3e} "
+                     f"{lookup(r['metrics'], r['method'], side, 'sup'):>10.3e}")
+    lines.append(f"({r['seconds']:.0f} s)")
+    return "\n".join(lines)
+
+
+def work(args) -> int:
+    report = run(args)
+    cli.emit(cli.to_json(report) if args.json else format_report(report))
+    return cli.EXIT_OK
+
+
+def main(argv=None) -> int:
+    return cli.main_of("verify.kernel", parse_args, work, argv)
+
+
+if __name__ == "__main__":
+    cli.exit(main())

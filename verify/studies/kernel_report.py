@@ -1,0 +1,236 @@
+"""The kernel-vs-sgd study's report (issue 35): where held-out R² sits for the kernel limits
+(NTK, NNGP), the linearised network and the trained one, per encoding and width, with
+intervals; and whether the gap between the NTK limit and SGD narrows or widens with width.
+
+The tests, at 95%, each over seeds (a seed fixes the teacher, the split and the encoder, so
+every method's run of one seed is paired with the others' of that seed):
+- each method's held-out R²: mean and Student's t interval over its seeds (df = seeds − 1);
+- the gap, trained − NTK limit, per width: paired t interval (df = pairs − 1);
+- its trend with width: per seed, the least-squares slope of the gap on log₂ width, then a
+  t interval of the seeds' slopes (df = seeds − 1). "widens" when the interval lies above 0,
+  "narrows" below it, "inconclusive" when it holds 0 or fewer than 2 seeds have a slope;
+- likewise |linearised − NTK|, which the theory says falls with width ("approaches").
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+
+from verify import cli
+from verify.studies import behaviour
+from verify.studies.effects import code_of, csv_text, hashable, key_cell
+from verify.studies.store import RunStore
+
+PROGRAM = "verify.kernel"
+LEVEL = 0.95
+KERNEL_METHODS = ("ntk", "nngp")  # verify.learning.kernel_vs_sgd's (kept here: a report imports no torch)
+METHODS = ("ntk", "nngp", "linearised", "trained")
+RUN_COLUMNS = ("key", "encoding", "method", "width", "seed", "held_out_r2", "train_r2", "held_out_rmse",
+               "kernel_movement", "code")
+
+
+def _metric(report: dict, side: str, name: str):
+    return next((m["value"] for m in report["metrics"] if m["side"] == side and m["metric"] == name), None)
+
+
+def run_row(run: dict, judge=None) -> dict:
+    report, config = run["report"], run["config"]
+    return dict(key=run["key"], encoding=config.get("encoding", "identity"), method=report["method"],
+                width=report.get("width"), seed=config.get("seed", 0),
+                held_out_r2=_metric(report, "held_out", "r2"), train_r2=_metric(report, "train", "r2"),
+                held_out_rmse=_metric(report, "held_out", "rmse"),
+                kernel_movement=report["record"].get("kernel_movement"),
+                code=code_of(run, judge) if judge else None)
+
+
+def t_interval(values, level: float = LEVEL) -> dict:
+    """Mean, sd and Student's t interval of the values (df = n − 1); no interval below 2."""
+    from scipy import stats
+
+    v = np.asarray([x for x in values if x is not None and math.isfinite(x)], dtype=float)
+    n = len(v)
+    if n == 0:
+        return dict(n=0, mean=None, sd=None, lo=None, hi=None, df=None)
+    mean = float(v.mean())
+    if n < 2:
+        return dict(n=1, mean=mean, sd=None, lo=None, hi=None, df=0)
+    sd = float(v.std(ddof=1))
+    half = float(stats.t.ppf(0.5 + level / 2, n - 1)) * sd / math.sqrt(n)
+    return dict(n=n, mean=mean, sd=sd, lo=mean - half, hi=mean + half, df=n - 1)
+
+
+def direction(interval: dict, up: str, down: str) -> str:
+    """`up` when the interval lies above 0, `down` below it, else inconclusive."""
+    if interval["lo"] is None:
+        return "inconclusive (fewer than 2 seeds)"
+    if interval["lo"] > 0:
+        return up
+    if interval["hi"] < 0:
+        return down
+    return "inconclusive"
+
+
+def _by(rows: list[dict], *keys: str) -> dict:
+    out: dict = {}
+    for r in rows:
+        out.setdefault(tuple(r[k] for k in keys), []).append(r)
+    return out
+
+
+def cells(rows: list[dict]) -> list[dict]:
+    """Held-out R² per (encoding, method, width) with its interval (kernel limits: width None)."""
+    out = []
+    for (encoding, method, width), group in sorted(_by(rows, "encoding", "method", "width").items(),
+                                                   key=lambda kv: (kv[0][0], METHODS.index(kv[0][1]),
+                                                                   kv[0][2] or 0)):
+        out.append(dict(encoding=encoding, method=method, width=width, seeds=sorted(r["seed"] for r in group),
+                        held_out_r2=t_interval([r["held_out_r2"] for r in group]),
+                        kernel_movement=t_interval([r["kernel_movement"] for r in group])))
+    return out
+
+
+def _paired(rows: list[dict], encoding: str, method: str, width, against: str = "ntk") -> dict[int, float]:
+    """{seed: R²(method at width) − R²(against)} over the seeds that have both."""
+    mine = {r["seed"]: r["held_out_r2"] for r in rows
+            if (r["encoding"], r["method"], r["width"]) == (encoding, method, width)}
+    base = {r["seed"]: r["held_out_r2"] for r in rows if (r["encoding"], r["method"]) == (encoding, against)}
+    return {s: mine[s] - base[s] for s in sorted(mine.keys() & base.keys())
+            if mine[s] is not None and base[s] is not None}
+
+
+def _slopes(gaps: dict, transform=lambda g: g) -> list[float]:
+    """Per seed, the least-squares slope of transform(gap) on log₂ width (seeds with ≥ 2 widths)."""
+    per_seed: dict[int, list[tuple[float, float]]] = {}
+    for width, by_seed in gaps.items():
+        for seed, gap in by_seed.items():
+            per_seed.setdefault(seed, []).append((math.log2(width), transform(gap)))
+    slopes = []
+    for points in per_seed.values():
+        if len({x for x, _ in points}) >= 2:
+            x, y = np.array(points).T
+            slopes.append(float(np.polyfit(x, y, 1)[0]))
+    return slopes
+
+
+def gaps(rows: list[dict]) -> list[dict]:
+    """Per encoding: trained − NTK and linearised − NTK at each width, and their trends."""
+    out = []
+    for encoding in sorted({r["encoding"] for r in rows}):
+        entry = dict(encoding=encoding, widths=[], trend={})
+        widths = sorted({r["width"] for r in rows if r["encoding"] == encoding and r["width"] is not None})
+        found = {}
+        for method in ("trained", "linearised"):
+            found[method] = {w: _paired(rows, encoding, method, w) for w in widths}
+        for w in widths:
+            entry["widths"].append(dict(width=w, **{f"{m}_minus_ntk": t_interval(found[m][w].values())
+                                                    for m in found}))
+        trained = t_interval(_slopes(found["trained"]))
+        linearised = t_interval(_slopes(found["linearised"], abs))
+        entry["trend"] = dict(
+            trained_minus_ntk_slope=trained | dict(verdict=direction(trained, "widens", "narrows")),
+            linearised_distance_slope=linearised | dict(verdict=direction(linearised, "moves away",
+                                                                          "approaches the NTK limit")))
+        out.append(entry)
+    return out
+
+
+def effects_table(study: str, scale: str, out: Path, keys: set[str] | None = None,
+                  fingerprint: str | None = None) -> dict:
+    """The report of the runs in `keys` (the study's grid as it is now), or of every stored run;
+    with `fingerprint`, runs made by other or unknown code are marked."""
+    with RunStore(out / "study.sqlite", readonly=True) as store:
+        stored = store.rows()
+    runs = [r for r in stored if keys is None or r["key"] in keys]
+    judge = behaviour.Judge(PROGRAM, fingerprint) if fingerprint else None
+    done = [run_row(r, judge) for r in runs if r["status"] == "done"]
+    failed = [r for r in runs if r["status"] == "failed"]
+    done.sort(key=lambda r: (r["encoding"], METHODS.index(r["method"]), r["width"] or 0, r["seed"]))
+    notes = []
+    stale = [r for r in done if r["code"] not in (None, "current")]
+    if stale:
+        notes.append(f"{len(stale)} of {len(done)} runs were not made by this code (the `code` column); "
+                     f"rerun them with `python -m verify.study run {study} --scale {scale} --rerun-stale`")
+    if failed:
+        notes.append(f"{len(failed)} runs failed (python -m verify.study export shows each error)")
+    if keys is not None and len(done) + len(failed) < len(keys):
+        missing = len(keys) - len(done) - len(failed)
+        notes.append(f"{missing} of the grid's {len(keys)} runs have no result yet")
+    if len(stored) > len(runs):
+        notes.append(f"{len(stored) - len(runs)} stored runs belong to an earlier version of the grid "
+                     "and are left out")
+    return cli.plain(dict(study=study, scale=scale, program=PROGRAM, runs_done=len(done),
+                          runs_failed=len(failed), runs=done, cells=cells(done), gaps=gaps(done), notes=notes,
+                          level=LEVEL,
+                          code_fingerprint=fingerprint, runs_other_code=len(stale), runs_unknown_code=0,
+                          columns=list(RUN_COLUMNS)))
+
+
+def _iv(d: dict, spec: str = ".3f") -> str:
+    if d["mean"] is None:
+        return "—"
+    if d["lo"] is None:
+        return f"{d['mean']:{spec}} (1 seed)"
+    return f"{d['mean']:{spec}} [{d['lo']:{spec}}, {d['hi']:{spec}}]"
+
+
+def format_markdown(table: dict, runs: bool = True) -> str:
+    pct = f"{table['level']:.0%}"
+    lines = [f"# {table['study']} ({table['scale']} scale): the kernel limit beside SGD", "",
+             f"{table['runs_done']} runs done, {table['runs_failed']} failed. Held-out R² (the paper's "
+             f"compositional R²) with {pct} Student-t intervals over seeds; `—` where no run finished.", "",
+             "| encoding | method | width | seeds | held-out R² | NTK movement |",
+             "|---|---|---:|---:|---|---|"]
+    for c in table["cells"]:
+        move = _iv(c["kernel_movement"]) if c["method"] == "trained" else ""
+        lines.append(f"| {c['encoding']} | {c['method']} | {c['width'] or '∞'} | {len(c['seeds'])} | "
+                     f"{_iv(c['held_out_r2'])} | {move} |")
+    lines += ["", f"## The gap to the NTK limit (paired over seeds, {pct})", "",
+              "| encoding | width | trained − NTK | linearised − NTK |", "|---|---:|---|---|"]
+    for g in table["gaps"]:
+        for w in g["widths"]:
+            lines.append(f"| {g['encoding']} | {w['width']} | {_iv(w['trained_minus_ntk'])} | "
+                         f"{_iv(w['linearised_minus_ntk'])} |")
+    lines += ["", "Trend with width: per seed the slope of the gap on log₂ width, then a t interval over "
+              "seeds.", ""]
+    for g in table["gaps"]:
+        t, lin = g["trend"]["trained_minus_ntk_slope"], g["trend"]["linearised_distance_slope"]
+        lines.append(f"- {g['encoding']}: trained − NTK per doubling {_iv(t)}: **{t['verdict']}**; "
+                     f"|linearised − NTK| per doubling {_iv(lin)}: **{lin['verdict']}**")
+    if table["notes"]:
+        lines += ["", *[f"- {n}" for n in table["notes"]]]
+    if runs:
+        lines += ["", "## Runs", "", "| " + " | ".join(RUN_COLUMNS) + " |", "|" + "---|" * len(RUN_COLUMNS)]
+        for r in table["runs"]:
+            lines.append("| " + " | ".join(_cell(r[c]) for c in RUN_COLUMNS) + " |")
+    return "\n".join(lines)
+
+
+def _cell(v) -> str:
+    return "—" if v is None else f"{v:.4f}" if isinstance(v, float) else str(v)
+
+
+def write_table(table: dict, out: Path) -> None:
+    cli.write_text_atomic(out / "effects.md", format_markdown(table) + "\n")
+    cli.write_text_atomic(out / "effects.csv", csv_text(list(RUN_COLUMNS), table["runs"]))
+
+
+def export_csv(out: Path, path: Path) -> int:
+    """Every run, one line: its configuration, status, error, time and held-out numbers."""
+    with RunStore(out / "study.sqlite", readonly=True) as store:
+        runs = store.rows()
+    config_keys = sorted({k for r in runs for k in r["config"]})
+    lines = []
+    for r in runs:
+        line = dict(key=r["key"], status=r["status"], error=r["error"], seconds=r["seconds"],
+                    **{k: key_cell(hashable(r["config"].get(k))) for k in config_keys},
+                    code_version=r["code_version"], code_fingerprint=r["code_fingerprint"])
+        if r["status"] == "done":
+            row = run_row(r)
+            line |= {k: row[k] for k in ("held_out_r2", "train_r2", "held_out_rmse", "kernel_movement")}
+        lines.append(line)
+    columns = list(dict.fromkeys(c for line in lines for c in line))
+    cli.write_text_atomic(path, csv_text(columns, lines))
+    return len(runs)
