@@ -54,6 +54,8 @@ FIGURES: tuple[Entry, ...] = (
     Entry("fig11_width_vs_M", "paper_figures.fig11_width_vs_M", slow=False),
     # The controlled image experiment (issue 25): its cpu store, else the smoke study.
     Entry("fig12_images", "paper_figures.fig12_images", slow=False),
+    # The kernel limit beside SGD (issue 35): its cpu store, else the smoke study.
+    Entry("fig13_kernel", "paper_figures.fig13_kernel", slow=False),
 )
 
 

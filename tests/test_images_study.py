@@ -144,8 +144,10 @@ def test_the_study_names_its_program_and_the_driver_resolves_runs_with_that_prog
     assert "--fractions" in runs[0].argv and runs[0].argv[runs[0].argv.index("--fractions") + 1:][:2] == (
         "0.5", "1.0")
     assert {r.config["train_combinations"] for r in runs} == {24, 48}
-    # Every verify.sgd study still runs verify.sgd.
-    assert {study.study_program(n) for n in study.study_names() if n != STUDY} == {"verify.sgd"}
+    # Every verify.sgd study still runs verify.sgd (kernel-vs-sgd runs verify.kernel).
+    assert {study.study_program(n) for n in study.study_names() if n not in (STUDY, "kernel-vs-sgd")} == {
+        "verify.sgd"}
+    assert study.study_program("kernel-vs-sgd") == "verify.kernel"
 
 
 def test_the_fingerprint_of_an_image_run_covers_the_image_code_and_not_the_drivers():

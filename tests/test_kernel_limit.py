@@ -34,7 +34,8 @@ def test_the_fit_is_the_closed_form_solve_and_interpolates_its_rows():
     expected = kernels.ntk(x_new, x, depth=3) @ torch.linalg.solve(k, y)
     with torch.no_grad():
         assert torch.allclose(result.predictor(x_new), expected, rtol=1e-8, atol=1e-10)
-    assert result.train_rmse < 1e-8 and result.jitter_absolute == 0.0
+        assert (result.predictor(x) - y).abs().max() < 1e-6
+    assert result.jitter_absolute == 0.0
 
 
 def test_the_mean_predictor_ignores_the_kernels_scale_but_not_its_depth():
@@ -64,6 +65,9 @@ def test_a_duplicate_row_without_jitter_is_refused_and_jitter_mends_it():
         pred = predictor(x)
     assert torch.allclose(pred[1:10], y[1:10], atol=1e-4)
     assert torch.allclose(pred[[0, 10]], (y[0] + y[10]).expand(2, 1) / 2, atol=1e-4)
+    # The reported residual of the fitted rows is λα (no second Gram): the direct one.
+    result = fit(KernelConfig(jitter=1e-8, tasks=11, samples_per_task=1, depth=2), x, y)
+    assert result.train_rmse == pytest.approx(float((pred - y).pow(2).mean().sqrt()), rel=1e-6)
 
 
 def test_the_config_refuses_what_it_cannot_fit():
@@ -215,3 +219,71 @@ def test_the_behaviour_record_moves_with_the_kernel_and_the_training():
 def test_an_mlp_of_other_layers_is_refused_by_the_linearisation():
     with pytest.raises(ValueError, match="Linear and ReLU"):
         Linearised(nn.Sequential(nn.Linear(2, 3), nn.Tanh(), nn.Linear(3, 1)))
+
+
+# ----------------------------------------------------------------------------- the study
+
+TINY_KERNEL_STUDY = """method: grid
+name: tiny-kernel
+program: verify.kernel
+parameters:
+  method: {values: [ntk, nngp, linearised, trained]}
+  M: {value: 4}
+  K: {value: 2}
+  I: {value: 2}
+  H: {value: 2}
+  O: {value: 2}
+  depth: {value: 2}
+  width: {values: [8, 32]}
+  tasks: {value: 16}
+  samples_per_task: {value: 4}
+  steps: {value: 30}
+  tasks_per_batch: {value: 4}
+  eval_tasks: {value: 16}
+  eval_samples: {value: 4}
+  probe_rows: {value: 16}
+  seed: {values: [1, 2, 3]}
+"""
+
+
+def test_a_study_crosses_methods_and_widths_and_reports_gaps_with_intervals(tmp_path, monkeypatch):
+    """The kernel limits read no width, so they run once a seed (3 + 3), the networks once a
+    width (12); the report pairs each network with the NTK limit of its seed."""
+    from verify.studies import driver, grids
+    from verify.studies.kernel_report import effects_table, format_markdown
+
+    monkeypatch.chdir(tmp_path)
+    path = tmp_path / "tiny-kernel.yaml"
+    path.write_text(TINY_KERNEL_STUDY)
+    _, runs = grids.expand(str(path), "paper")
+    assert sorted(r.config["method"] for r in runs) == ["linearised"] * 6 + ["nngp"] * 3 + ["ntk"] * 3 + [
+        "trained"] * 6
+    out = tmp_path / "out"
+    summary = driver.run_study(str(path), "paper", out, engine="serial", progress=False)
+    assert (summary["done"], summary["failed"]) == (18, 0), summary
+    table = effects_table("tiny-kernel", "paper", out, keys={r.key for r in runs})
+    cells = {(c["method"], c["width"]): c for c in table["cells"]}
+    assert set(cells) == {("ntk", None), ("nngp", None), ("linearised", 8), ("linearised", 32),
+                          ("trained", 8), ("trained", 32)}
+    ntk = cells[("ntk", None)]["held_out_r2"]
+    assert ntk["n"] == 3 and ntk["df"] == 2 and ntk["lo"] < ntk["mean"] < ntk["hi"]
+    gap = table["gaps"][0]
+    assert [w["width"] for w in gap["widths"]] == [8, 32]
+    # The paired gap is the mean of the seeds' differences (the same seeds on both sides).
+    by = {(r["method"], r["width"], r["seed"]): r["held_out_r2"] for r in table["runs"]}
+    expected = sum(by[("trained", 8, s)] - by[("ntk", None, s)] for s in (1, 2, 3)) / 3
+    assert gap["widths"][0]["trained_minus_ntk"]["mean"] == pytest.approx(expected)
+    assert gap["trend"]["trained_minus_ntk_slope"]["verdict"] in ("widens", "narrows", "inconclusive")
+    assert "trained − NTK per doubling" in format_markdown(table)
+
+
+def test_the_trend_verdict_needs_an_interval_off_zero():
+    from verify.studies.kernel_report import direction, t_interval
+
+    assert direction(t_interval([0.1, 0.12, 0.11]), "widens", "narrows") == "widens"
+    assert direction(t_interval([-0.1, -0.12, -0.11]), "widens", "narrows") == "narrows"
+    assert direction(t_interval([-0.1, 0.12, 0.01]), "widens", "narrows") == "inconclusive"
+    assert direction(t_interval([0.1]), "widens", "narrows").startswith("inconclusive")
+    # The interval is Student's t with df = n − 1: for n = 3 the half-width is 4.303 sd/√3.
+    iv = t_interval([1.0, 2.0, 3.0])
+    assert iv["hi"] - iv["mean"] == pytest.approx(4.302652729911275 * 1.0 / 3**0.5)

@@ -107,6 +107,9 @@ USAGE_ROWS = [
     ("verify.sgd", ["--family", "preference", "--M", "16", "--F", "4"], "the official run.py requires M ≤ F"),
     ("verify.sgd", ["--allow-M-above-F"], "--allow-M-above-F applies to --family preference"),
     ("verify.bench", ["--repeats", "0"], "positive integer"),
+    ("verify.kernel", ["--method", "ntk", "--width", "64"], "--width does not apply to --method ntk"),
+    ("verify.kernel", ["--depth", "0"], "--depth"),
+    ("verify.kernel", ["--tasks", "100000", "--samples-per-task", "100000"], "the kernel solve needs"),
     ("verify.bench", ["--repeats", "-3"], "positive integer"),
     ("verify.bench", ["--frobnicate"], "unrecognized"),
     ("paper_figures", ["--seed", "-1"], "seed"),
@@ -131,7 +134,7 @@ def test_bad_input_gets_one_line_and_exit_2(places, module, argv, message):
 
 
 @pytest.mark.parametrize("module", ["verify.bound", "verify.sweep", "verify.sgd", "verify.bench",
-                                    "paper_figures", "verify.study run"])
+                                    "paper_figures", "verify.study run", "verify.kernel"])
 def test_help_answers_without_importing_torch(module):
     proc = subprocess.run([sys.executable, "-X", "importtime", "-m", *module.split(), "--help"],
                           capture_output=True, text=True, timeout=60)
@@ -277,6 +280,7 @@ README_SECTIONS = {  # CLI module -> the heading of its README section
                         "`python -m verify.exact_sup`",
     "verify.images.__main__": "## The image experiment: `python -m verify.images`",
     "verify.images.train": "## The image experiment: `python -m verify.images`",
+    "verify.kernel": "## Beyond the paper: the kernel limit beside SGD, `python -m verify.kernel`",
 }
 
 

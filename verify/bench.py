@@ -131,6 +131,24 @@ def paper_family(name: str):
     return FAMILIES[name].paper_default()
 
 
+KERNEL_ROWS = 10_000  # issue 35's target: the kernel limit on 10,000 training rows in ≤ 60 s
+
+
+def kernel_solve_time(rows: int) -> dict:
+    """One NTK regression (verify.learning.kernel_limit.fit) on `rows` training rows of the
+    paper's hyperteacher: seconds in all, building the Gram matrix, and solving."""
+    from constructions.tasks.hyperteacher import enumerate_supports
+    from verify.learning.kernel_limit import KernelConfig, fit, training_rows
+
+    family = paper_family(DEFAULT_FAMILY)
+    cfg = KernelConfig(kernel="ntk", depth=4, tasks=rows // 16, samples_per_task=16)
+    x, y = training_rows(family, enumerate_supports(16, 3), cfg, seed=0)
+    start = time.perf_counter()
+    result = fit(cfg, x, y)
+    return dict(rows=len(x), seconds=time.perf_counter() - start, seconds_kernel=result.seconds_kernel,
+                seconds_solve=result.seconds_solve, train_rows_rmse=result.train_rmse)
+
+
 def training_speed(widths: list[int], steps: int, repeats: int, family: str | None = None) -> dict:
     """The paper's training step of a family (128 tasks: × 16 samples for the hyperteacher,
     one 8-step episode each for the preference grid) on an MLP of `widths`: seconds a step,
@@ -228,6 +246,12 @@ def measure(args) -> tuple[list[dict], dict]:
     rows.append(dict(what=f"preference grid, {len(pref_widths)}×{pref_widths[0]} MLP, 128 episodes × 8 "
                           f"steps: share of the step ({pr['step_s'] * 1e3:.0f} ms) spent making its batch",
                      value=pr["data_share"], unit="", target=0.10, detail=pr))
+    kernel_rows = 2_000 if args.quick else KERNEL_ROWS
+    with cli.phase(f"kernel regression on {kernel_rows:,} rows", progress):
+        kr = kernel_solve_time(kernel_rows)
+    rows.append(dict(what=f"NTK kernel regression on {kernel_rows:,} rows [e(z), x] (paper teacher, depth "
+                          f"4): Gram {kr['seconds_kernel']:.1f} s + Cholesky {kr['seconds_solve']:.1f} s",
+                     value=kr["seconds"], unit="s", target=60.0, detail=kr))
     try:
         import ray  # noqa: F401
     except ImportError:

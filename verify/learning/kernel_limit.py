@@ -92,11 +92,14 @@ def solve_bytes(rows: int, depth: int) -> int:
 
 
 def gram(cfg: KernelConfig, x: torch.Tensor) -> torch.Tensor:
-    """K(X, X) (n, n) float64, filled BLOCK_ROWS rows at a time."""
+    """K(X, X) (n, n) float64, filled BLOCK_ROWS rows at a time: each block from the diagonal
+    on (the kernel is symmetric), mirrored below it."""
     n = len(x)
     out = torch.empty(n, n, dtype=torch.float64)
     for start in range(0, n, BLOCK_ROWS):
-        out[start:start + BLOCK_ROWS] = cfg.kernel_of(x[start:start + BLOCK_ROWS], x)
+        stop = min(start + BLOCK_ROWS, n)
+        out[start:stop, start:] = cfg.kernel_of(x[start:stop], x[start:])
+        out[stop:, start:stop] = out[start:stop, stop:].T
     return out
 
 
@@ -154,10 +157,9 @@ def fit(cfg: KernelConfig, x: torch.Tensor, y: torch.Tensor) -> Fit:
     alpha = torch.from_numpy(scipy.linalg.cho_solve(factor, y.numpy(), check_finite=False))
     del k, k_np, factor
     solved = time.perf_counter()
-    predictor = KernelPredictor(cfg, x, alpha)
-    with torch.no_grad():
-        train_rmse = float(((predictor(x) - y) ** 2).mean().sqrt())
-    return Fit(predictor, jitter, train_rmse, built - start, solved - built)
+    # (K + λI) α = Y, so the fit's residual on its own rows is Y − Kα = λα: no second Gram.
+    train_rmse = float((jitter * alpha).pow(2).mean().sqrt())
+    return Fit(KernelPredictor(cfg, x, alpha), jitter, train_rmse, built - start, solved - built)
 
 
 def training_rows(family, train_supports: np.ndarray, cfg: KernelConfig, seed: int):

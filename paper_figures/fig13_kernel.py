@@ -1,0 +1,138 @@
+"""Figure 13: is compositional generalization on the hyperteacher a kernel property or a
+feature-learning one? (issue 35; this project's kernel-vs-sgd study, not the paper's.)
+
+(a), (b), …, one panel per encoding: held-out R² against width for the trained MLP (solid) and the
+MLP linearised at init (dashed), mean over seeds with 95% t-interval bars, beside the
+infinite-width limits as horizontal lines (NTK regression solid grey, NNGP posterior mean
+dotted, their intervals shaded); the title gives the trend of the gap trained − NTK with
+width (widens, narrows or inconclusive at 95%);
+(last panel) the trained network's NTK movement ‖Θ_T − Θ_0‖_F / ‖Θ_0‖_F against width, one line per
+encoding (log axes): near 0 is the lazy regime.
+The numbers are verify/studies/kernel_report.py's, as `python -m verify.study report
+kernel-vs-sgd` prints them. The study's `cpu` store is read when it holds a finished run, else
+the `smoke` store, run now if empty (a minute), and every title says "SMOKE DATA" then.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from paper_figures.common import COLOURS, MARKERS, FigureResult, finish, new_figure, plot_series, select
+from paper_figures.fig9_studies import code_mark, has_results
+from paper_figures.fig11_width_vs_M import plain_ticks
+from verify.studies import provenance
+from verify.studies.driver import default_out, expand, run_study, stored_out, study_deviations
+
+NAME = "fig13_kernel"
+STUDY = "kernel-vs-sgd"
+PROGRAM = "verify.kernel"
+NETWORKS = {"trained": "-", "linearised": "--"}
+LIMITS = {"ntk": "-", "nngp": ":"}
+R2_FLOOR = -1.05  # R² panels start here; lower points (smoke runs) are in the data, off the axes
+
+
+def table(quick: bool, progress: bool | None) -> dict:
+    """The study's report at cpu scale, or at smoke scale (run now if need be)."""
+    from verify.studies.kernel_report import effects_table
+
+    if not quick and has_results(stored_out(STUDY, "cpu")):
+        scale, out = "cpu", stored_out(STUDY, "cpu")
+    else:
+        scale, out = "smoke", default_out(STUDY, "smoke")
+        run_study(STUDY, "smoke", out, engine="serial", progress=progress)  # only what is missing
+    keys = {r.key for r in expand(STUDY, scale)[1]}
+    return effects_table(STUDY, scale, out, keys, provenance.code_fingerprint(PROGRAM))
+
+
+def compute(quick: bool, progress: bool | None) -> tuple[list[dict], dict]:
+    t = table(quick, progress)
+    encodings = sorted({c["encoding"] for c in t["cells"]})
+    rows = []
+    for c in t["cells"]:
+        r2 = c["held_out_r2"]
+        if r2["mean"] is None:
+            continue
+        panel = "abcdefg"[encodings.index(c["encoding"])]
+        base = dict(panel=panel, encoding=c["encoding"], method=c["method"], seeds=len(c["seeds"]),
+                    lo=r2["lo"], hi=r2["hi"])
+        if c["method"] in NETWORKS:
+            rows.append(base | dict(series=c["method"], x=c["width"], y=r2["mean"]))
+        if c["method"] == "trained" and c["kernel_movement"]["mean"] is not None:
+            move = c["kernel_movement"]
+            rows.append(dict(panel="movement", series=c["encoding"], x=c["width"], y=move["mean"],
+                             lo=move["lo"], hi=move["hi"], encoding=c["encoding"], method="trained",
+                             seeds=len(c["seeds"])))
+    limits = {(c["encoding"], c["method"]): c["held_out_r2"] for c in t["cells"] if c["method"] in LIMITS}
+    rows.sort(key=lambda r: (r["panel"], r["series"], r["x"]))
+    code = dict(other=t["runs_other_code"], unknown=t["runs_unknown_code"], done=t["runs_done"])
+    meta = dict(checks={}, study=STUDY, scale=t["scale"], deviations=study_deviations(STUDY, t["scale"]),
+                encodings=encodings, limits={f"{e} {m}": v for (e, m), v in limits.items()},
+                trends={g["encoding"]: g["trend"] for g in t["gaps"]}, notes=t["notes"], code=code,
+                runs=dict(done=t["runs_done"], failed=t["runs_failed"]),
+                code_fingerprint=provenance.code_fingerprint(PROGRAM))
+    return rows, meta
+
+
+def _title(text: str, meta: dict) -> str:
+    scale = meta["scale"]
+    mark = "\n[SMOKE DATA: 200-step runs, no result]" if scale == "smoke" else f" ({scale} scale)"
+    return text + mark + code_mark(meta["code"])
+
+
+def _draw_encoding(axis, rows: list[dict], meta: dict, encoding: str, panel: str) -> None:
+    widths = sorted({r["x"] for r in rows if r["panel"] == panel})
+    for (method, style), colour in zip(NETWORKS.items(), COLOURS, strict=False):
+        pts = select(rows, method, panel)
+        if not pts:
+            continue
+        plot_series(axis, rows, method, panel, color=colour, ls=style, marker="o", ms=5, lw=1.4,
+                    label=f"{method} network")
+        axis.vlines([r["x"] for r in pts], [r["lo"] if r["lo"] is not None else r["y"] for r in pts],
+                    [r["hi"] if r["hi"] is not None else r["y"] for r in pts], color=colour, lw=1)
+    for method, style in LIMITS.items():
+        limit = meta["limits"].get(f"{encoding} {method}")
+        if limit is None or limit["mean"] is None:
+            continue
+        axis.axhline(limit["mean"], color="0.3", ls=style, lw=1.4, label=f"{method.upper()} limit (∞ width)")
+        if limit["lo"] is not None and widths:
+            axis.fill_between([min(widths), max(widths)], limit["lo"], limit["hi"], color="0.5", alpha=0.12)
+    trend = meta["trends"].get(encoding, {}).get("trained_minus_ntk_slope", {})
+    axis.set(xscale="log", xlabel="width of each hidden layer", ylabel="held-out R² (compositional)",
+             title=_title(f"({panel}) {encoding}: trained − NTK {trend.get('verdict', '—')} with width",
+                          meta))
+    low = min([r["lo"] if r["lo"] is not None else r["y"] for r in rows if r["panel"] == panel] or [0.0])
+    if low < R2_FLOOR:
+        axis.text(0.02, 0.02, f"bars and points below R² = {R2_FLOOR:g} are off the axes (in the data)",
+                  transform=axis.transAxes, fontsize=7, color="tab:red")
+    axis.set_ylim(max(R2_FLOOR, low - 0.05), 1.05)
+    plain_ticks(axis, widths)
+    axis.grid(True, which="both", alpha=0.3)
+    if axis.get_legend_handles_labels()[0]:
+        axis.legend(fontsize=7, loc="best")
+
+
+def plot(rows: list[dict], meta: dict):
+    encodings = meta["encodings"] or ["identity"]
+    fig, axes = new_figure(1, len(encodings) + 1, figsize=(5.2 * (len(encodings) + 1), 4.8))
+    for k, encoding in enumerate(encodings):
+        _draw_encoding(axes[0][k], rows, meta, encoding, "abcdefg"[k])
+    bx = axes[0][-1]
+    for i, encoding in enumerate(sorted({r["series"] for r in rows if r["panel"] == "movement"})):
+        plot_series(bx, rows, encoding, "movement", color=COLOURS[i % len(COLOURS)],
+                    marker=MARKERS[i % len(MARKERS)], ms=5, lw=1.3, label=encoding)
+    bx.set(xscale="log", yscale="log", xlabel="width of each hidden layer",
+           ylabel="‖Θ_T − Θ_0‖ / ‖Θ_0‖ (trained network's NTK)",
+           title=_title(f"({'abcdefgh'[len(encodings)]}) how far the NTK moves in training", meta))
+    plain_ticks(bx, [r["x"] for r in rows if r["panel"] == "movement"])
+    bx.grid(True, which="both", alpha=0.3)
+    if bx.get_legend_handles_labels()[0]:
+        bx.legend(fontsize=7)
+    fig.suptitle("Kernel limit or feature learning? Held-out R² of the infinite-width limits, the linearised "
+                 "and the trained MLP (this project's kernel-vs-sgd study)", fontsize=10)
+    return fig
+
+
+def make(out: Path, *, quick: bool = False, seed: int = 0, progress: bool | None = None) -> FigureResult:
+    del seed  # the study fixes its own seeds
+    rows, meta = compute(quick, progress)
+    return finish(NAME, plot(rows, meta), rows, meta, out, preview=quick)
