@@ -130,3 +130,27 @@ def test_the_closed_form_is_a_kernel_and_refuses_bad_settings():
     with pytest.raises(ValueError, match="parametrization"):
         K.ntk(X, depth=2, parametrization="mean-field")
     assert math.isclose(float(K.ntk(X[:1], X[:1], depth=1)), float(K.nngp(X[:1], depth=1)), rel_tol=1e-12)
+
+
+@pytest.mark.parametrize("depth", [1, 3])
+def test_the_closed_form_agrees_with_neural_tangents(depth):
+    """Against the neural-tangents package (JAX), where it is installed (not in CI): its
+    stax MLP in NTK parametrization, W_std = 1, b_std = 0.3, gives the output's NNGP
+    σ_w² Σ^L + σ_b² and Jacot's NTK, which ours must match to float64 rounding."""
+    pytest.importorskip("jax")
+    nt = pytest.importorskip("neural_tangents")
+    import jax
+
+    jax.config.update("jax_enable_x64", True)
+    stax = nt.stax
+    sigma_b = 0.3
+    layers = [layer for _ in range(depth)
+              for layer in (stax.Dense(64, W_std=1.0, b_std=sigma_b), stax.Relu())]
+    _, _, kernel_fn = stax.serial(*layers, stax.Dense(1, W_std=1.0, b_std=sigma_b))
+    x = np.random.default_rng(0).standard_normal((12, 5))
+    theirs = kernel_fn(x, x, ("nngp", "ntk"))
+    xt = torch.as_tensor(x)
+    nngp = K.nngp(xt, depth=depth, sigma_w2=1.0, sigma_b2=sigma_b**2) + sigma_b**2
+    ntk = K.ntk(xt, depth=depth, parametrization="ntk", sigma_w2=1.0, sigma_b2=sigma_b**2)
+    assert np.allclose(nngp.numpy(), np.asarray(theirs.nngp), rtol=1e-9, atol=1e-12)
+    assert np.allclose(ntk.numpy(), np.asarray(theirs.ntk), rtol=1e-9, atol=1e-12)

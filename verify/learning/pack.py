@@ -43,6 +43,7 @@ class Member:
     name: str = "student"
     widths: list[int] | None = None
     checkpoint: Path | None = None
+    tracker: object = None  # verify.learning.tracking: the member's own curve
 
 
 class PackMismatch(ValueError):
@@ -201,7 +202,7 @@ def _train_pack(members, progress, checkpoint_seconds, log_every, speed) -> list
 
     seconds = train.run_loop(cfg, stack.opt, step_once, done, label=f"train pack of {len(members)}",
                              progress=progress, log_every=log_every, save=save if saving else None,
-                             checkpoint_seconds=checkpoint_seconds)
+                             checkpoint_seconds=checkpoint_seconds, trackers=[m.tracker for m in members])
     results = []
     for i, m in enumerate(members):
         stack.member_state(i)  # the trained parameters back into the member's own module

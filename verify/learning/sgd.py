@@ -23,7 +23,7 @@ import functools
 import math
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from constructions.names import ENCODING_NAMES, SPLITS
@@ -142,6 +142,13 @@ def build_parser() -> cli.Parser:
                         "holds (a run killed and started again ends as an uninterrupted one would)")
     p.add_argument("--checkpoint-minutes", type=positive_float, default=CHECKPOINT_SECONDS / 60,
                    help=f"wall-clock minutes between checkpoints (default {CHECKPOINT_SECONDS / 60:g})")
+    p.add_argument("--log", nargs="+", metavar="TRACKER [DIR]",
+                   help="also log each student's loss curve and scores live: `tensorboard DIR` (event "
+                        "files under DIR/GROUP/NAME) or `wandb` (WANDB_MODE=offline keeps it local); the "
+                        "`trackers` extra (verify.learning.tracking)")
+    p.add_argument("--log-group", help="--log: the run's group (default verify.sgd; a study: its name)")
+    p.add_argument("--log-name", help="--log: the run's name, before -<shape> (default seed<N>; a study: the "
+                                      "run's key)")
     p.add_argument("--log-every", type=positive_int,
                    help="steps between readings of the running loss, the training loop's only host sync "
                         "(default steps/100)")
@@ -221,11 +228,24 @@ def parse_args(argv=None):
         raise UsageError("--precision tf32 is a CUDA matmul mode; on the CPU use fp32 or bf16")
     if args.force and not args.save:
         raise UsageError("--force only applies to --save DIR")
+    args.log = _tracker_spec(args)
     if args.save:
         args.save = cli.prepare_out_dir(args.save, "--save", force=args.force)
     if args.checkpoint:
         args.checkpoint = cli.prepare_out_dir(args.checkpoint, "--checkpoint", force=True)
     return args
+
+
+def _tracker_spec(args):
+    """--log, --log-group and --log-name as one tracker spec (None without --log)."""
+    from verify.learning.tracking import parse_log
+
+    if not args.log and (args.log_group or args.log_name):
+        raise UsageError(f"{'--log-group' if args.log_group else '--log-name'} applies to --log")
+    try:
+        return parse_log(args.log, args.log_group, args.log_name)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
 
 
 def _family_in(argv: list[str]) -> str:
@@ -264,7 +284,7 @@ def resolve_family(args, argv: list[str]):
 
 # Settings that do not change a run's result, left out of its configuration's key.
 RUNTIME = ("threads", "no_progress", "json", "save", "force", "checkpoint", "checkpoint_minutes", "log_every",
-           "precision", "compile", "fused_adamw", "device", "paper", "seeds")
+           "precision", "compile", "fused_adamw", "device", "paper", "seeds", "log", "log_group", "log_name")
 
 
 def speed_of(args):
@@ -403,6 +423,7 @@ class Prepared:
     train: object  # TrainConfig
     speed: object  # Speed
     start: float
+    trackers: dict = field(default_factory=dict)  # {shape: its tracker (verify.learning.tracking)}
 
 
 def prepare(args, progress) -> Prepared:
@@ -465,21 +486,35 @@ def train_students(prep: Prepared, progress) -> dict:
     args, trained = prep.args, {}
     for shape, (net, widths) in prep.students.items():
         label = "×".join(map(str, widths)) if widths else shape
+        tracker = open_tracker_of(prep, shape)
         try:
             trained[shape] = train_student(prep.family, prep.split.train, net, prep.train, progress=progress,
                                            threads=args.threads, name=label, widths=widths,
                                            checkpoint=checkpoint_of(args, shape),
                                            checkpoint_seconds=60 * args.checkpoint_minutes,
-                                           log_every=args.log_every, speed=prep.speed)
+                                           log_every=args.log_every, speed=prep.speed, tracker=tracker)
         except CheckpointMismatch as e:
             raise UsageError(f"--checkpoint: {e}") from None
     return trained
+
+
+def open_tracker_of(prep: Prepared, shape: str):
+    """The tracker of one student of the run (--log), kept in prep for its scores; None without."""
+    from verify.learning.tracking import open_tracker
+
+    args = prep.args
+    if getattr(args, "log", None) is None:
+        return None
+    name = args.log_name or f"seed{args.seed}"
+    prep.trackers[shape] = open_tracker(args.log.named(f"{name}-{shape}"), run_config(args))
+    return prep.trackers[shape]
 
 
 def finish(prep: Prepared, trained: dict, progress) -> dict:
     """Score each trained student and assemble the run's report (and --save its files)."""
     from verify.learning.records import as_dicts
     from verify.learning.students import parameter_count
+    from verify.learning.tracking import log_scores
 
     args, family, rows, metrics = prep.args, prep.family, list(prep.rows), list(prep.metrics)
     for shape, (_, widths) in prep.students.items():
@@ -491,6 +526,7 @@ def finish(prep: Prepared, trained: dict, progress) -> dict:
             scored, probe = family.score(name, result.net, prep.sides, args.seed, probe_net,
                                          fast=scoring_copy(result.net, args.device))
         metrics += scored + ratio_records(name, scored, prep.ref_metrics, family.ratio_metrics)
+        log_scores(prep.trackers.get(shape), args.steps, name, scored)
         rows.append(dict(network=name, widths=list(widths) if widths else None,
                          hidden_units=int(sum(widths)) if widths else None,
                          parameters=parameter_count(result.net), probe_r2=probe,
@@ -563,6 +599,7 @@ def behaviour(args) -> dict[str, list[float]]:
 
     small = copy.copy(args)
     small.eval_tasks, small.checkpoint, small.save, small.device = BEHAVIOUR_TASKS, None, None, "cpu"
+    small.log = None  # a replay logs nowhere
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
@@ -625,7 +662,8 @@ def run_packed(runs: list) -> list[dict]:
     for p in preps:
         (shape, (net, widths)), = p.students.items()
         members.append(Member(p.family, p.split.train, net, p.train, name=f"seed {p.args.seed} {shape}",
-                              widths=widths, checkpoint=checkpoint_of(p.args, shape)))
+                              widths=widths, checkpoint=checkpoint_of(p.args, shape),
+                              tracker=open_tracker_of(p, shape)))
     first = runs[0]
     with threads_of_run(first.threads, len(preps) * _largest_step(preps[0])):
         for p in preps:

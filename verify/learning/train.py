@@ -179,7 +179,7 @@ def train_student(family: TaskFamily, train_supports: np.ndarray, net: nn.Module
                   name: str = "student", widths: list[int] | None = None,
                   checkpoint: Path | None = None, checkpoint_seconds: float = CHECKPOINT_SECONDS,
                   log_every: int | None = None, speed: Speed | None = None,
-                  stop_after: int | None = None) -> TrainResult:
+                  stop_after: int | None = None, tracker=None) -> TrainResult:
     """Fit any student (an MLP, or one with forward_tasks: verify.learning.students) by AdamW
     on the family's loss; each step draws fresh tasks from the training supports (and fresh
     x, or fresh episodes), so the only thing held out is which module combinations are seen.
@@ -200,7 +200,8 @@ def train_student(family: TaskFamily, train_supports: np.ndarray, net: nn.Module
 
     `stop_after` ends the run after that many of its cfg.steps steps (the schedule is still
     the full run's): the first steps of a run exactly, for its behaviour record
-    (verify.studies.behaviour)."""
+    (verify.studies.behaviour). `tracker` (verify.learning.tracking) gets the loss curve as it
+    is logged."""
     check_config(cfg)
     speed = speed or Speed.default(cfg.device)
     P = family.rows_per_task(cfg.samples_per_task)
@@ -208,7 +209,7 @@ def train_student(family: TaskFamily, train_supports: np.ndarray, net: nn.Module
     with threads_for(step_macs(net, cfg.tasks_per_batch, P), cfg.device, threads), matmul_precision(speed):
         return _train(family, train_supports, net, cfg, progress, name, widths,
                       None if checkpoint is None else Path(checkpoint), checkpoint_seconds, log_every, speed,
-                      stop_after)
+                      stop_after, tracker)
 
 
 def check_config(cfg: TrainConfig) -> None:
@@ -346,7 +347,8 @@ _clock = time.monotonic  # the checkpoints' wall clock (tests replace it)
 
 def run_loop(cfg: TrainConfig, optimizer: torch.optim.Optimizer, step_once, done: list[RunProgress], *,
              label: str, progress: bool | None, log_every: int, save=None,
-             checkpoint_seconds: float = CHECKPOINT_SECONDS, stop_after: int | None = None) -> float:
+             checkpoint_seconds: float = CHECKPOINT_SECONDS, stop_after: int | None = None,
+             trackers: list | None = None) -> float:
     """The one training loop, for a run alone (N = 1) and for a pack of N (verify.learning.pack).
 
     From the members' progress `done` (all at one step), each step sets the schedule's
@@ -355,7 +357,9 @@ def run_loop(cfg: TrainConfig, optimizer: torch.optim.Optimizer, step_once, done
     steps and at the last it reads the running losses to the host, the loop's one sync, into
     each member's loss curve; every `checkpoint_seconds` of wall-clock time and at the last
     step it calls `save(step, running, seconds)`. `stop_after` ends it early (a behaviour
-    record's first steps). Returns the seconds trained, earlier sessions' included."""
+    record's first steps). `trackers` (one per member, or None) get each logged running loss
+    as `train/loss` (verify.learning.tracking): what the sync read, no sync of their own.
+    Returns the seconds trained, earlier sessions' included."""
     first = done[0].step
     running = None if done[0].running is None else torch.stack([d.running for d in done])
     bar = progress_bar(cfg.steps, label, progress, unit="step")
@@ -371,6 +375,9 @@ def run_loop(cfg: TrainConfig, optimizer: torch.optim.Optimizer, step_once, done
             values = running.tolist()  # the one host sync of the loop, for every member at once
             for d, value in zip(done, values, strict=True):
                 d.losses.append((step, value))
+            for tracker, value in zip(trackers or [], values, strict=False):
+                if tracker is not None:
+                    tracker.log(step, {"train/loss": value})
             bar.set_postfix_str(f"loss {values[0]:.2e}" if len(values) == 1
                                 else f"loss {min(values):.2e}–{max(values):.2e}", refresh=False)
             bar.update(step - bar.n)
@@ -382,7 +389,7 @@ def run_loop(cfg: TrainConfig, optimizer: torch.optim.Optimizer, step_once, done
 
 
 def _train(family, train_supports, net, cfg, progress, name, widths, checkpoint,
-           checkpoint_seconds, log_every, speed, stop_after=None) -> TrainResult:
+           checkpoint_seconds, log_every, speed, stop_after=None, tracker=None) -> TrainResult:
     device = torch.device(cfg.device)
     batches = family.batches(train_supports, cfg.tasks_per_batch, cfg.samples_per_task, cfg.seed, device)
     net = net.float().to(device)
@@ -406,6 +413,6 @@ def _train(family, train_supports, net, cfg, progress, name, widths, checkpoint,
 
     seconds = run_loop(cfg, opt, step_once, [done], label=f"train {name}", progress=progress,
                        log_every=log_every, save=save if checkpoint is not None else None,
-                       checkpoint_seconds=checkpoint_seconds, stop_after=stop_after)
+                       checkpoint_seconds=checkpoint_seconds, stop_after=stop_after, trackers=[tracker])
     return TrainResult(net=net.to("cpu").double(), widths=list(widths or []), losses=done.losses,
                        seconds=seconds, config={**asdict(cfg), "speed": asdict(speed)})

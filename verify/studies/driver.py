@@ -81,7 +81,7 @@ ENGINES = ("ray", "serial")
 def run_study(name: str, scale: str, out: Path, *, engine: str = "ray", address: str | None = None,
               gpus_per_run: float = 0.0, workers: int | None = None, retry_failed: bool = False,
               rerun_stale: bool = False, progress: bool | None = None, pack: int = 1,
-              checkpoint_minutes: float | None = None) -> dict:
+              checkpoint_minutes: float | None = None, log: list[str] | None = None) -> dict:
     """Run every run of the study not yet done (and the failed ones with `retry_failed`,
     those made by other or unknown code with `rerun_stale`); each result is committed as
     it arrives. Ray is started only when something is left to run."""
@@ -126,7 +126,9 @@ def run_study(name: str, scale: str, out: Path, *, engine: str = "ray", address:
             bar = cli.progress(len(runs), f"{study} ({scale})", progress, unit="run")
             bar.update(len(runs) - len(pending))
             execute = ray_engine if engine == "ray" else serial
-            how = Execution("cuda" if gpus_per_run > 0 else "cpu", gpus_per_run, checkpoint_minutes, pack)
+            tracked = ("--log", *log, "--log-group", study) if log else ()
+            how = Execution("cuda" if gpus_per_run > 0 else "cpu", gpus_per_run, checkpoint_minutes, pack,
+                            tracked)
             start = time.perf_counter()
             for run, result in execute(pending, out, how,
                                        lambda run: store.start(run.key, study, scale, run.config)):
@@ -196,6 +198,9 @@ def build_parser() -> cli.Parser:
                         "leave the device idle; on a CPU it does not pay) (default 1: each run alone)")
     r.add_argument("--checkpoint-minutes", type=positive_float,
                    help="wall-clock minutes between a run's checkpoints (default verify.sgd's, 10)")
+    r.add_argument("--log", nargs="+", metavar="TRACKER [DIR]",
+                   help="verify.sgd's studies: log each run live, `tensorboard DIR` or `wandb`, grouped by "
+                        "the study and named by the run's key (verify.learning.tracking)")
     r.add_argument("--retry-failed", action="store_true", help="run the failed runs again too")
     r.add_argument("--rerun-stale", action="store_true",
                    help="run again the runs whose stored result was made by other code (another "
@@ -249,6 +254,13 @@ def parse_args(argv=None):
             raise UsageError("--workers sizes a local Ray cluster; an existing one (--address) has its own")
         if args.gpus_per_run > 0 and args.engine == "serial":
             raise UsageError("--gpus-per-run applies to --engine ray")
+        if args.log:
+            from verify.learning.tracking import parse_log
+
+            try:
+                parse_log(args.log)
+            except ValueError as e:
+                raise UsageError(str(e)) from None
         if args.engine == "ray":
             try:
                 import ray  # noqa: F401
@@ -264,9 +276,9 @@ def parse_args(argv=None):
         args.studies = study_names()
         for name in args.studies:  # every grid is checked before any run
             _, runs = expand(name, args.scale)
-            if not PROGRAMS[runs[0].program].sgd_grid and args.checkpoint_minutes is not None:
-                raise UsageError(f"--checkpoint-minutes applies to verify.sgd's studies; {name} runs "
-                                 f"{runs[0].program}")
+            if not PROGRAMS[runs[0].program].sgd_grid and (args.checkpoint_minutes is not None or args.log):
+                flag = "--log" if args.log else "--checkpoint-minutes"
+                raise UsageError(f"{flag} applies to verify.sgd's studies; {name} runs {runs[0].program}")
         return args
     # report and export read `store` (the working folder's, else the committed one in the
     # package) and write into `out` (always the working folder's, or --out).
@@ -278,8 +290,8 @@ def parse_args(argv=None):
     if args.command == "run":  # a bad grid is refused before any work, and before --out is made
         _, runs = expand(args.study, args.scale)
         program = PROGRAMS[runs[0].program]
-        if not program.sgd_grid and (args.pack > 1 or args.checkpoint_minutes is not None):
-            flag = "--pack" if args.pack > 1 else "--checkpoint-minutes"
+        if not program.sgd_grid and (args.pack > 1 or args.checkpoint_minutes is not None or args.log):
+            flag = "--pack" if args.pack > 1 else "--log" if args.log else "--checkpoint-minutes"
             raise UsageError(f"{flag} applies to verify.sgd's studies; {args.study} runs {program.name}")
         if args.pack > 1:
             check_packable_grid(runs)
@@ -314,7 +326,7 @@ def work(args) -> int:
                                 gpus_per_run=args.gpus_per_run, workers=args.workers,
                                 retry_failed=args.retry_failed, rerun_stale=args.rerun_stale,
                                 progress=False if args.no_progress else None, pack=args.pack,
-                                checkpoint_minutes=args.checkpoint_minutes)
+                                checkpoint_minutes=args.checkpoint_minutes, log=args.log)
             cli.emit(cli.to_json(summary) if args.json else format_summary(summary))
             violated |= bool(summary["violated"])
         return cli.EXIT_VIOLATED if violated else cli.EXIT_OK

@@ -22,6 +22,7 @@ class Execution:
     gpus_per_run: float = 0.0
     checkpoint_minutes: float | None = None
     pack: int = 1
+    log: tuple[str, ...] = ()  # verify.sgd's --log flags for every run (its --log-name: the run's key)
 
 
 def pack_key(run: Run) -> str:
@@ -47,9 +48,9 @@ def _run_dir(out: Path, run: Run) -> str:
 def _execute_unit(unit: list[Run], out: Path, how: Execution) -> list[dict]:
     if len(unit) == 1:
         return [run_one(unit[0].argv, _run_dir(out, unit[0]), how.device, how.checkpoint_minutes,
-                        unit[0].program)]
+                        unit[0].program, how.log)]
     return run_pack([r.argv for r in unit], [_run_dir(out, r) for r in unit], how.device,
-                    how.checkpoint_minutes)
+                    how.checkpoint_minutes, how.log)
 
 
 def serial(pending: list[Run], out: Path, how: Execution, on_start):

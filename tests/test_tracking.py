@@ -1,0 +1,157 @@
+"""Live curves in TensorBoard and Weights & Biases (verify.learning.tracking, issue 34 part 1):
+what a tracker holds, read back with the tracker's own reader (TensorBoard's
+EventAccumulator; the offline wandb run's record log), is the run's own loss curve and scores.
+Nothing reaches the network (WANDB_MODE=offline)."""
+
+import json
+import struct
+from pathlib import Path
+
+import pytest
+
+from verify.learning import sgd
+from verify.learning.records import lookup
+from verify.learning.tracking import metric_name
+from verify.studies import driver
+
+TINY = ["--M", "4", "--K", "2", "--I", "2", "--H", "2", "--O", "2", "--shapes", "custom", "--widths", "8",
+        "--steps", "40", "--tasks-per-batch", "4", "--samples-per-task", "4", "--eval-tasks", "16",
+        "--eval-samples", "4", "--extra-modules", "1", "--no-progress", "--log-every", "5"]
+
+
+def tensorboard_scalars(folder: Path) -> dict[str, list[tuple[int, float]]]:
+    pytest.importorskip("tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(folder))
+    acc.Reload()
+    return {tag: [(e.step, e.value) for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}
+
+
+def wandb_history(run_dir: Path) -> tuple[dict, list[dict]]:
+    """(the run record's group and name, the history rows) of an offline wandb run, read from
+    its .wandb file: a LevelDB-style log (a 7-byte header, then 32 KiB blocks of records, each
+    a 7-byte header: CRC, length, type 1 full / 2 first / 3 middle / 4 last) of protobuf Records."""
+    from wandb.proto import wandb_internal_pb2 as pb
+
+    data = next(run_dir.glob("run-*.wandb")).read_bytes()
+    assert data[:4] == b":W&B"
+    pos, pending, run, history = 7, b"", {}, []
+    while pos + 7 <= len(data):
+        if 32768 - pos % 32768 < 7:  # a block's tail too short for a header is padding
+            pos += 32768 - pos % 32768
+            continue
+        _, length, kind = struct.unpack("<IHB", data[pos:pos + 7])
+        pending += data[pos + 7:pos + 7 + length]
+        pos += 7 + length
+        if kind in (1, 4):
+            record = pb.Record()
+            record.ParseFromString(pending)
+            pending = b""
+            which = record.WhichOneof("record_type")
+            if which == "run":
+                run = dict(group=record.run.run_group, name=record.run.display_name,
+                           project=record.run.project,
+                           config={i.key: json.loads(i.value_json) for i in record.run.config.update})
+            elif which == "history":
+                history.append({item.key or "/".join(item.nested_key): json.loads(item.value_json)
+                                for item in record.history.item})
+    return run, history
+
+
+def test_metric_names_are_the_official_loaders():
+    assert metric_name("train", "r2") == "test/r2" and metric_name("held_out", "r2") == "ood/r2"
+    assert metric_name("k4", "sup") == "ood_k4/sup"
+
+
+def test_tensorboard_holds_the_loss_curve_and_the_scores(tmp_path, capsys):
+    pytest.importorskip("tensorboard")
+    assert sgd.main([*TINY, "--log", "tensorboard", str(tmp_path / "tb"), "--json", "--seed", "2"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    folder = tmp_path / "tb" / "verify.sgd" / "seed2-custom"
+    scalars = tensorboard_scalars(folder)
+    # The curve the loop logged: every 5th step's running loss, as the run's own curve has it.
+    losses = sgd_losses(tmp_path)
+    assert [s for s, _ in scalars["train/loss"]] == [s for s, _ in losses] == list(range(5, 41, 5))
+    assert [v for _, v in scalars["train/loss"]] == pytest.approx([v for _, v in losses], rel=1e-6)
+    for side in ("train", "held_out", "k3"):
+        (step, value), = scalars[metric_name(side, "r2")]
+        assert step == 40 and value == pytest.approx(lookup(report["metrics"], "sgd custom", side, "r2"),
+                                                     rel=1e-6)
+
+
+def sgd_losses(tmp_path: Path) -> list[tuple[int, float]]:
+    """The same run's loss curve, from train_student's result (what the report's final loss ends)."""
+    args = sgd.parse_args([*TINY, "--seed", "2"])
+    prep = sgd.prepare(args, progress=False)
+    (shape, (net, widths)), = prep.students.items()
+    from verify.learning.train import train_student
+
+    return train_student(prep.family, prep.split.train, net, prep.train, progress=False, threads=1,
+                         widths=widths, log_every=5, speed=prep.speed).losses
+
+
+def test_an_offline_wandb_run_holds_the_curve_the_scores_and_the_configuration(tmp_path, monkeypatch,
+                                                                              capsys):
+    pytest.importorskip("wandb")
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_DIR", str(tmp_path))
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    monkeypatch.chdir(tmp_path)
+    argv = [*TINY, "--log", "wandb", "--log-group", "a-study", "--log-name", "key123", "--json"]
+    assert sgd.main(argv) == 0
+    report = json.loads(capsys.readouterr().out)
+    run_dir, = (tmp_path / "wandb").glob("offline-run-*")
+    run, history = wandb_history(run_dir)
+    config = run.pop("config")
+    assert run == dict(group="a-study", name="key123-custom", project="compgen-bound")
+    # The run's configuration, as a study keys it.
+    assert config["steps"] == 40 and config["widths"] == [8] and "log" not in config
+    curve = [(h["_step"], h["train/loss"]) for h in history if "train/loss" in h]
+    assert [s for s, _ in curve] == list(range(5, 41, 5))
+    assert curve[-1][1] == pytest.approx(next(r for r in report["rows"] if r["network"] == "sgd custom")
+                                         ["final_loss"], rel=1e-6)
+    scores = {k: v for h in history for k, v in h.items() if "/" in k and not k.startswith("train/")}
+    assert scores["ood/r2"] == pytest.approx(lookup(report["metrics"], "sgd custom", "held_out", "r2"))
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--log", "mlflow"], "the trackers are tensorboard, wandb"),
+    (["--log", "tensorboard"], "takes one folder"),
+    (["--log", "wandb", "DIR"], "takes no folder"),
+    (["--log-name", "x"], "--log-name applies to --log"),
+])
+def test_a_wrong_log_flag_gets_one_line_and_exit_2(argv, message, capsys):
+    assert sgd.main([*argv, "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1
+
+
+def test_a_missing_tracker_package_gets_one_line_and_exit_2(monkeypatch, capsys):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "wandb" else real(name, *a))
+    assert sgd.main(["--log", "wandb", "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert "needs the wandb package: pip install 'compgen-bound[trackers]'" in err and err.count("\n") == 1
+    assert driver.main(["run", "task-support", "--scale", "smoke", "--engine", "serial", "--log",
+                        "wandb"]) == 2
+
+
+def test_a_study_logs_each_run_under_its_key(tmp_path, monkeypatch):
+    pytest.importorskip("tensorboard")
+    from tests.test_study import tiny_study
+
+    monkeypatch.chdir(tmp_path)
+    path = tiny_study(tmp_path, held_out="[0.25]", seeds="[1, 2]", steps=10)
+    out = tmp_path / "out"
+    summary = driver.run_study(path, "paper", out, engine="serial", progress=False,
+                               log=["tensorboard", str(tmp_path / "tb")])
+    assert summary["done"] == 2
+    runs = sorted(p.name for p in (tmp_path / "tb" / "tiny").iterdir())
+    keys = sorted(f"{r.key[:16]}-custom" for r in driver.expand(path, "paper")[1])
+    assert runs == keys
+    for name in runs:
+        assert "train/loss" in tensorboard_scalars(tmp_path / "tb" / "tiny" / name)
