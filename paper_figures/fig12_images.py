@@ -25,9 +25,8 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from paper_figures.common import COLOURS, MARKERS, FigureResult, finish, plot_series, select
-from paper_figures.fig9_studies import has_results
+from paper_figures.fig9_studies import store_of
 from verify.studies import provenance
-from verify.studies.driver import default_out, expand, run_study, stored_out
 from verify.studies.store import RunStore
 
 NAME = "fig12_images"
@@ -42,12 +41,7 @@ def table(quick: bool, progress: bool | None) -> tuple[dict, Path]:
     be), and the store it read."""
     from verify.images.study import effects_table
 
-    if not quick and has_results(stored_out(STUDY, "cpu")):
-        scale, out = "cpu", stored_out(STUDY, "cpu")
-    else:
-        scale, out = "smoke", default_out(STUDY, "smoke")
-        run_study(STUDY, "smoke", out, engine="serial", progress=progress)  # only what is missing
-    keys = {r.key for r in expand(STUDY, scale)[1]}
+    scale, out, keys = store_of(STUDY, quick, progress)
     return effects_table(STUDY, scale, out, keys, provenance.code_fingerprint(PROGRAM)), out
 
 

@@ -18,10 +18,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from paper_figures.common import COLOURS, MARKERS, FigureResult, finish, new_figure, plot_series, select
-from paper_figures.fig9_studies import code_mark, has_results
+from paper_figures.fig9_studies import code_mark, store_of
 from paper_figures.fig11_width_vs_M import plain_ticks
 from verify.studies import provenance
-from verify.studies.driver import default_out, expand, run_study, stored_out, study_deviations
+from verify.studies.driver import study_deviations
 
 NAME = "fig13_kernel"
 STUDY = "kernel-vs-sgd"
@@ -35,12 +35,7 @@ def table(quick: bool, progress: bool | None) -> dict:
     """The study's report at cpu scale, or at smoke scale (run now if need be)."""
     from verify.studies.kernel_report import effects_table
 
-    if not quick and has_results(stored_out(STUDY, "cpu")):
-        scale, out = "cpu", stored_out(STUDY, "cpu")
-    else:
-        scale, out = "smoke", default_out(STUDY, "smoke")
-        run_study(STUDY, "smoke", out, engine="serial", progress=progress)  # only what is missing
-    keys = {r.key for r in expand(STUDY, scale)[1]}
+    scale, out, keys = store_of(STUDY, quick, progress)
     return effects_table(STUDY, scale, out, keys, provenance.code_fingerprint(PROGRAM))
 
 

@@ -42,16 +42,22 @@ def has_results(out: Path) -> bool:
         return "done" in store.statuses().values()
 
 
-def table(study: str, quick: bool, progress: bool | None) -> dict:
-    """The study's effects table at cpu scale, or at smoke scale (run now if need be), of
-    the runs in the study's grid as it is now."""
+def store_of(study: str, quick: bool, progress: bool | None) -> tuple[str, Path, set[str]]:
+    """(scale, store folder, the grid's run keys) a studies figure reads: the cpu store when
+    it holds a finished run (and not --quick), else the smoke store, run now where it lacks runs."""
     if not quick and has_results(stored_out(study, "cpu")):
-        keys = {r.key for r in expand(study, "cpu")[1]}
-        return effects_table(study, "cpu", stored_out(study, "cpu"), keys, provenance.code_fingerprint())
-    out = default_out(study, "smoke")
-    run_study(study, "smoke", out, engine="serial", progress=progress)  # only what is missing
-    keys = {r.key for r in expand(study, "smoke")[1]}
-    return effects_table(study, "smoke", out, keys, provenance.code_fingerprint())
+        scale, out = "cpu", stored_out(study, "cpu")
+    else:
+        scale, out = "smoke", default_out(study, "smoke")
+        run_study(study, "smoke", out, engine="serial", progress=progress)  # only what is missing
+    return scale, out, {r.key for r in expand(study, scale)[1]}
+
+
+def table(study: str, quick: bool, progress: bool | None) -> dict:
+    """The study's effects table (cpu scale, else smoke: store_of), of the runs in the study's
+    grid as it is now."""
+    scale, out, keys = store_of(study, quick, progress)
+    return effects_table(study, scale, out, keys, provenance.code_fingerprint())
 
 
 def sweep_rows(tables: dict, kinds: dict[str, str], metric: str, train: str) -> list[dict]:

@@ -31,7 +31,7 @@ import numpy as np
 from verify import cli
 from verify.learning.records import mean_sd
 from verify.studies import behaviour, verdicts
-from verify.studies.effects import code_of, csv_text, hashable, key_cell
+from verify.studies.effects import code_of, csv_text, export_runs, hashable, key_cell, store_notes
 from verify.studies.store import RunStore
 
 # The settings that make a model's size: runs that differ in them are compared by parameters.
@@ -300,17 +300,8 @@ def effects_table(study: str, scale: str, out: Path, keys: set[str] | None = Non
     if y:
         notes.append(f"held-out success spans {min(y):.3f}–{max(y):.3f} across the {len(y)} runs")
     stale = [r for r in done if r["code"] != "current"] if fingerprint else []
-    if stale:
-        notes.append(f"{len(stale)} of {len(done)} runs were not made by this code (the `code` column); "
-                     f"rerun them with `python -m verify.study run {study} --scale {scale} --rerun-stale`")
-    if failed:
-        notes.append(f"{len(failed)} runs failed (python -m verify.study export shows each error)")
-    if keys is not None and len(done) + len(failed) < len(keys):
-        missing = len(keys) - len(done) - len(failed)
-        notes.append(f"{missing} of the grid's {len(keys)} runs have no result yet")
-    left_out = len(stored) - len(runs)
-    if left_out:
-        notes.append(f"{left_out} stored runs belong to an earlier version of the grid and are left out")
+    notes += store_notes(study, scale, n_done=len(done), n_failed=len(failed), n_stale=len(stale),
+                         n_old=len(stored) - len(runs), keys=keys)
     return cli.plain(dict(study=study, scale=scale, program="verify.images.train", runs_done=len(done),
                           runs_failed=len(failed), runs=[{k: r[k] for k in RUN_COLUMNS} for r in done],
                           layers={r["key"]: {k: v["test_f1"] for k, v in r["layers"].items()} for r in done},
@@ -400,24 +391,13 @@ def write_table(table: dict, out: Path) -> None:
 def export_csv(out: Path, path: Path) -> int:
     """Every run, one line per (run, layer): its configuration, status, error, success and the
     layer's held-out decodability."""
-    with RunStore(out / "study.sqlite", readonly=True) as store:
-        runs = store.rows()
-    config_keys = sorted({k for r in runs for k in r["config"]})
-    lines = []
-    for r in runs:
-        base = dict(key=r["key"], status=r["status"], error=r["error"], seconds=r["seconds"],
-                    attempts=r["attempts"],
-                    **{k: key_cell(hashable(r["config"].get(k))) for k in config_keys},
-                    code_version=r["code_version"], code_fingerprint=r["code_fingerprint"])
+    def lines_of(r: dict) -> list[dict]:
         if r["status"] != "done":
-            lines.append(base)
-            continue
+            return [{}]
         rep = r["report"]
-        for layer, d in rep["decodability"].items():
-            lines.append(base | dict(train_success=rep["success"]["train"]["rate"],
-                                     test_success=rep["success"]["test"]["rate"], layer=layer,
-                                     test_f1=d["test_f1"], test_exact=d["test_exact"],
-                                     train_f1=d["train_f1"]))
-    columns = list(dict.fromkeys(c for line in lines for c in line))
-    cli.write_text_atomic(path, csv_text(columns, lines))
-    return len(runs)
+        success = rep["success"]
+        return [dict(train_success=success["train"]["rate"], test_success=success["test"]["rate"],
+                     layer=layer, test_f1=d["test_f1"], test_exact=d["test_exact"], train_f1=d["train_f1"])
+                for layer, d in rep["decodability"].items()]
+
+    return export_runs(out, path, lines_of)

@@ -209,6 +209,44 @@ def _paper_encoding(rows: list[dict], varying: list[str]) -> list[str]:
             f"({f.paper_by_encoding_setting})" for f in stated]
 
 
+def store_notes(study: str, scale: str, *, n_done: int, n_failed: int, n_stale: int, n_old: int,
+                keys: set[str] | None) -> list[str]:
+    """What every study report says of its store: runs made by other code, failed runs, runs
+    still missing from the grid, and stored runs of an earlier grid (left out)."""
+    notes = []
+    if n_stale:
+        notes.append(f"{n_stale} of {n_done} runs were not made by this code (the `code` column); "
+                     f"rerun them with `python -m verify.study run {study} --scale {scale} --rerun-stale`")
+    if n_failed:
+        notes.append(f"{n_failed} runs failed (python -m verify.study export shows each error)")
+    if keys is not None and n_done + n_failed < len(keys):
+        notes.append(f"{len(keys) - n_done - n_failed} of the grid's {len(keys)} runs have no result yet")
+    if n_old:
+        notes.append(f"{n_old} stored runs belong to an earlier version of the grid and are left out")
+    return notes
+
+
+def export_line(run: dict, config_keys: list[str]) -> dict:
+    """A stored run's first columns in an export: key, status, error, time, its configuration
+    (one column a setting) and the code that made it."""
+    config = {k: key_cell(hashable(run["config"].get(k))) for k in config_keys}
+    return dict(key=run["key"], status=run["status"], error=run["error"], seconds=run["seconds"],
+                attempts=run["attempts"], **config, code_version=run["code_version"],
+                code_fingerprint=run["code_fingerprint"])
+
+
+def export_runs(out: Path, path: Path, lines_of) -> int:
+    """Every stored run of the store in `out` as CSV lines at `path`: export_line's columns, then
+    each dict of `lines_of(run)` (one line each); the number of runs."""
+    with RunStore(out / "study.sqlite", readonly=True) as store:
+        runs = store.rows()
+    config_keys = sorted({k for r in runs for k in r["config"]})
+    lines = [export_line(r, config_keys) | extra for r in runs for extra in lines_of(r)]
+    columns = list(dict.fromkeys(c for line in lines for c in line))
+    cli.write_text_atomic(path, csv_text(columns, lines))
+    return len(runs)
+
+
 def _completeness_notes(rows: list[dict], n_done: int, n_failed: int, n_old: int,
                         keys: set[str] | None) -> list[str]:
     """What the table lacks: unconverged rows, failed runs, an older grid's runs, missing runs."""
@@ -344,17 +382,4 @@ def write_table(table: dict, out: Path) -> None:
 
 def export_csv(out: Path, path: Path) -> int:
     """Every run, one line per (run, network): its configuration, status, error and metrics."""
-    with RunStore(out / "study.sqlite", readonly=True) as store:
-        runs = store.rows()
-    config_keys = sorted({k for r in runs for k in r["config"]})
-    lines = []
-    for r in runs:
-        config = {k: key_cell(hashable(r["config"].get(k))) for k in config_keys}
-        base = dict(key=r["key"], status=r["status"], error=r["error"], seconds=r["seconds"],
-                    attempts=r["attempts"], **config, code_version=r["code_version"],
-                    code_fingerprint=r["code_fingerprint"])
-        for s in (student_rows(r["report"]) if r["report"] else [{}]):
-            lines.append(base | s)
-    columns = list(dict.fromkeys(c for line in lines for c in line))
-    cli.write_text_atomic(path, csv_text(columns, lines))
-    return len(runs)
+    return export_runs(out, path, lambda r: student_rows(r["report"]) if r["report"] else [{}])

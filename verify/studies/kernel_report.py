@@ -21,7 +21,7 @@ import numpy as np
 
 from verify import cli
 from verify.studies import behaviour
-from verify.studies.effects import code_of, csv_text, hashable, key_cell
+from verify.studies.effects import code_of, csv_text, export_runs, store_notes
 from verify.studies.store import RunStore
 
 PROGRAM = "verify.kernel"
@@ -148,19 +148,9 @@ def effects_table(study: str, scale: str, out: Path, keys: set[str] | None = Non
     done = [run_row(r, judge) for r in runs if r["status"] == "done"]
     failed = [r for r in runs if r["status"] == "failed"]
     done.sort(key=lambda r: (r["encoding"], METHODS.index(r["method"]), r["width"] or 0, r["seed"]))
-    notes = []
     stale = [r for r in done if r["code"] not in (None, "current")]
-    if stale:
-        notes.append(f"{len(stale)} of {len(done)} runs were not made by this code (the `code` column); "
-                     f"rerun them with `python -m verify.study run {study} --scale {scale} --rerun-stale`")
-    if failed:
-        notes.append(f"{len(failed)} runs failed (python -m verify.study export shows each error)")
-    if keys is not None and len(done) + len(failed) < len(keys):
-        missing = len(keys) - len(done) - len(failed)
-        notes.append(f"{missing} of the grid's {len(keys)} runs have no result yet")
-    if len(stored) > len(runs):
-        notes.append(f"{len(stored) - len(runs)} stored runs belong to an earlier version of the grid "
-                     "and are left out")
+    notes = store_notes(study, scale, n_done=len(done), n_failed=len(failed), n_stale=len(stale),
+                        n_old=len(stored) - len(runs), keys=keys)
     return cli.plain(dict(study=study, scale=scale, program=PROGRAM, runs_done=len(done),
                           runs_failed=len(failed), runs=done, cells=cells(done), gaps=gaps(done), notes=notes,
                           level=LEVEL,
@@ -219,18 +209,8 @@ def write_table(table: dict, out: Path) -> None:
 
 def export_csv(out: Path, path: Path) -> int:
     """Every run, one line: its configuration, status, error, time and held-out numbers."""
-    with RunStore(out / "study.sqlite", readonly=True) as store:
-        runs = store.rows()
-    config_keys = sorted({k for r in runs for k in r["config"]})
-    lines = []
-    for r in runs:
-        line = dict(key=r["key"], status=r["status"], error=r["error"], seconds=r["seconds"],
-                    **{k: key_cell(hashable(r["config"].get(k))) for k in config_keys},
-                    code_version=r["code_version"], code_fingerprint=r["code_fingerprint"])
-        if r["status"] == "done":
-            row = run_row(r)
-            line |= {k: row[k] for k in ("held_out_r2", "train_r2", "held_out_rmse", "kernel_movement")}
-        lines.append(line)
-    columns = list(dict.fromkeys(c for line in lines for c in line))
-    cli.write_text_atomic(path, csv_text(columns, lines))
-    return len(runs)
+    def lines_of(r: dict) -> list[dict]:
+        row = run_row(r) if r["status"] == "done" else {}
+        return [{k: row[k] for k in ("held_out_r2", "train_r2", "held_out_rmse", "kernel_movement") if row}]
+
+    return export_runs(out, path, lines_of)
