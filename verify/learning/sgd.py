@@ -73,6 +73,15 @@ def build_parser() -> cli.Parser:
                    help="held-out fraction of supports, in (0, 1), for every split except non_compositional "
                         "(missing-module) and popular-modules-half "
                         "(default 0.25)")
+    _add_student_flags(p)
+    _add_training_flags(p)
+    _add_scoring_flags(p)
+    _add_runtime_flags(p)
+    return p
+
+
+def _add_student_flags(p) -> None:
+    """What is trained: the student, an MLP's shapes, widths and init, a transformer's sizes."""
     p.add_argument("--student", default="mlp", choices=STUDENTS,
                    help="what is trained: MLPs (one per --shapes), or the paper's transformer or "
                         "hypernetwork (default mlp)")
@@ -91,6 +100,10 @@ def build_parser() -> cli.Parser:
     p.add_argument("--d-ffw", type=positive_int,
                    help="hidden units of the transformer's MLPs and of the hypernetwork's generated "
                         "network (default 1024)")
+
+
+def _add_training_flags(p) -> None:
+    """AdamW and its schedule."""
     p.add_argument("--steps", type=positive_int, default=1500, help="training steps (default 1500)")
     p.add_argument("--tasks-per-batch", type=positive_int, default=32, help="tasks per step (default 32)")
     p.add_argument("--lr", type=positive_float,
@@ -106,12 +119,21 @@ def build_parser() -> cli.Parser:
     p.add_argument("--warmup-steps", type=non_negative_int, default=1000,
                    help="cosine only: steps of linear warmup; the decay lasts steps − 2 × this, as "
                         "run.py sets it (default 1000, the paper's)")
+
+
+def _add_scoring_flags(p) -> None:
+    """The scoring sets."""
     p.add_argument("--eval-tasks", type=positive_int, default=1024,
                    help="tasks on each side (in-distribution, held out, each K+j) for RMSE, R² and the "
                         "probe, drawn uniformly from that side's supports (default 1024, the paper's)")
     p.add_argument("--extra-modules", type=non_negative_int, default=2,
                    help="also score tasks with K+1 … K+this many active modules (at most M), which "
                         "no training task has; 0 to skip (default 2)")
+
+
+def _add_runtime_flags(p) -> None:
+    """Seeds, device and speed, the preset, output, checkpoints, trackers: settings a study's key
+    leaves out (RUNTIME), but for the seed and --paper's preset."""
     p.add_argument("--seed", type=cli.seed, nargs="+", default=[0],
                    help="seed of the teacher, split, encoding and training, in [0, 2^32); several "
                         "seeds run one after another and add a mean ± sd summary (default 0)")
@@ -142,7 +164,7 @@ def build_parser() -> cli.Parser:
                         "holds (a run killed and started again ends as an uninterrupted one would)")
     p.add_argument("--checkpoint-minutes", type=positive_float, default=CHECKPOINT_SECONDS / 60,
                    help=f"wall-clock minutes between checkpoints (default {CHECKPOINT_SECONDS / 60:g})")
-    p.add_argument("--log", nargs="+", metavar="TRACKER [DIR]",
+    p.add_argument("--log", nargs="+", metavar="SPEC",
                    help="also log each student's loss curve and scores live: `tensorboard DIR` (event "
                         "files under DIR/GROUP/NAME) or `wandb` (WANDB_MODE=offline keeps it local); the "
                         "`trackers` extra (verify.learning.tracking)")
@@ -155,7 +177,6 @@ def build_parser() -> cli.Parser:
     cli.add_common(p, threads_default="1, or the cores left free when a training step is large "
                                       "(≥ 5e7 multiply-adds, verify.train); without --threads, smaller "
                                       "steps train on 1")
-    return p
 
 
 def _parser() -> cli.Parser:

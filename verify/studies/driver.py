@@ -198,7 +198,7 @@ def build_parser() -> cli.Parser:
                         "leave the device idle; on a CPU it does not pay) (default 1: each run alone)")
     r.add_argument("--checkpoint-minutes", type=positive_float,
                    help="wall-clock minutes between a run's checkpoints (default verify.sgd's, 10)")
-    r.add_argument("--log", nargs="+", metavar="TRACKER [DIR]",
+    r.add_argument("--log", nargs="+", metavar="SPEC",
                    help="verify.sgd's studies: log each run live, `tensorboard DIR` or `wandb`, grouped by "
                         "the study and named by the run's key (verify.learning.tracking)")
     r.add_argument("--retry-failed", action="store_true", help="run the failed runs again too")
