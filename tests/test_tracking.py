@@ -155,3 +155,19 @@ def test_a_study_logs_each_run_under_its_key(tmp_path, monkeypatch):
     assert runs == keys
     for name in runs:
         assert "train/loss" in tensorboard_scalars(tmp_path / "tb" / "tiny" / name)
+
+
+def test_an_offline_wandb_study_writes_one_run_per_study_run_grouped_by_the_study(tmp_path, monkeypatch):
+    pytest.importorskip("wandb")
+    from tests.test_study import tiny_study
+
+    for name, value in (("WANDB_MODE", "offline"), ("WANDB_DIR", str(tmp_path)), ("WANDB_SILENT", "true")):
+        monkeypatch.setenv(name, value)
+    monkeypatch.chdir(tmp_path)
+    path = tiny_study(tmp_path, held_out="[0.25, 0.5]", seeds="[1]", steps=10)
+    summary = driver.run_study(path, "paper", tmp_path / "out", engine="serial", progress=False,
+                               log=["wandb"])
+    assert summary["done"] == 2
+    runs = [wandb_history(d)[0] for d in sorted((tmp_path / "wandb").glob("offline-run-*"))]
+    keys = {f"{r.key[:16]}-custom" for r in driver.expand(path, "paper")[1]}
+    assert {r["group"] for r in runs} == {"tiny"} and {r["name"] for r in runs} == keys and len(runs) == 2
