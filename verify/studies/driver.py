@@ -127,10 +127,10 @@ def run_study(name: str, scale: str, out: Path, *, engine: str = "ray", address:
             bar.update(len(runs) - len(pending))
             execute = ray_engine if engine == "ray" else serial
             tracked = ("--log", *log, "--log-group", study) if log else ()
-            how = Execution("cuda" if gpus_per_run > 0 else "cpu", gpus_per_run, checkpoint_minutes, pack,
-                            tracked)
+            execution = Execution("cuda" if gpus_per_run > 0 else "cpu", gpus_per_run, checkpoint_minutes,
+                                  pack, tracked)
             start = time.perf_counter()
-            for run, result in execute(pending, out, how,
+            for run, result in execute(pending, out, execution,
                                        lambda run: store.start(run.key, study, scale, run.config)):
                 code = dict(version=result["version"], fingerprint=result["fingerprint"])
                 if result["status"] == "done":

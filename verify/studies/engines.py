@@ -33,8 +33,9 @@ def pack_key(run: Run) -> str:
     return config_key({k: v for k, v in run.config.items() if k not in ("seed", "split", "held_out")})
 
 
-def units(pending: list[Run], pack: int) -> list[list[Run]]:
-    """The pending runs in packs of at most `pack` runs of one pack_key (in grid order)."""
+def packs_of(pending: list[Run], pack: int) -> list[list[Run]]:
+    """The pending runs in packs of at most `pack` runs of one pack_key (in grid order); a
+    pack of one is a run alone."""
     groups: dict[str, list[Run]] = {}
     for run in pending:
         groups.setdefault(pack_key(run), []).append(run)
@@ -45,43 +46,43 @@ def _run_dir(out: Path, run: Run) -> str:
     return str(out / "runs" / run.key[:16])
 
 
-def _execute_unit(unit: list[Run], out: Path, how: Execution) -> list[dict]:
-    if len(unit) == 1:
-        return [run_one(unit[0].argv, _run_dir(out, unit[0]), how.device, how.checkpoint_minutes,
-                        unit[0].program, how.log)]
-    return run_pack([r.argv for r in unit], [_run_dir(out, r) for r in unit], how.device,
-                    how.checkpoint_minutes, how.log)
+def _execute_pack(pack: list[Run], out: Path, execution: Execution) -> list[dict]:
+    """The results of a pack's runs (a run alone, or runs trained as one batched model)."""
+    if len(pack) == 1:
+        return [run_one(pack[0].argv, _run_dir(out, pack[0]), execution.device,
+                        execution.checkpoint_minutes, pack[0].program, execution.log)]
+    return run_pack([r.argv for r in pack], [_run_dir(out, r) for r in pack], execution.device,
+                    execution.checkpoint_minutes, execution.log)
 
 
-def serial(pending: list[Run], out: Path, how: Execution, on_start):
-    for unit in units(pending, how.pack):
-        for run in unit:
+def serial(pending: list[Run], out: Path, execution: Execution, on_start):
+    for pack in packs_of(pending, execution.pack):
+        for run in pack:
             on_start(run)
-        yield from zip(unit, _execute_unit(unit, out, how), strict=True)
+        yield from zip(pack, _execute_pack(pack, out, execution), strict=True)
 
 
-
-def ray_engine(pending: list[Run], out: Path, how: Execution, on_start):
+def ray_engine(pending: list[Run], out: Path, execution: Execution, on_start):
     """One Ray task per run, or per pack, on the cluster connect_ray joined; results as they
     finish."""
     import ray
 
     # Named for what it runs: Ray logs ":task_name:run_one" (or run_pack) as a task begins.
-    task = ray.remote(_execute_unit)
-    one, pack = (task.options(name=name, num_cpus=1, num_gpus=how.gpus_per_run, max_retries=0)
-                 for name in ("run_one", "run_pack"))
+    task = ray.remote(_execute_pack)
+    alone, packed = (task.options(name=name, num_cpus=1, num_gpus=execution.gpus_per_run, max_retries=0)
+                     for name in ("run_one", "run_pack"))
     in_flight = {}
-    for unit in units(pending, how.pack):
-        for run in unit:
+    for pack in packs_of(pending, execution.pack):
+        for run in pack:
             on_start(run)
-        in_flight[(one if len(unit) == 1 else pack).remote(unit, out, how)] = unit
+        in_flight[(alone if len(pack) == 1 else packed).remote(pack, out, execution)] = pack
     while in_flight:
         ready, _ = ray.wait(list(in_flight), num_returns=1)
-        unit = in_flight.pop(ready[0])
+        pack = in_flight.pop(ready[0])
         try:
             results = ray.get(ready[0])
         except ray.exceptions.RayError as e:  # the worker died (killed, out of memory)
             error = f"{type(e).__name__}: {str(e).splitlines()[0]}"
             results = [dict(status="failed", error=error, seconds=None, version=None,
-                            fingerprint=None)] * len(unit)
-        yield from zip(unit, results, strict=True)
+                            fingerprint=None)] * len(pack)
+        yield from zip(pack, results, strict=True)
