@@ -222,6 +222,12 @@ def test_a_smoke_study_runs_end_to_end_train_analyse_report_export(tmp_path, cap
     lines = (out / "runs.csv").read_text().splitlines()
     layers = len(rows[0]["report"]["decodability"])
     assert len(lines) == 1 + 4 * layers and "test_f1" in lines[0]
+    # Under another fingerprint (a refactor of the image code) a stored run's behaviour record is
+    # replayed; its configuration also holds `program`, which no flag sets, and the replay skips it.
+    from verify.studies import behaviour
+
+    judge = behaviour.Judge("verify.images.train", "a-fingerprint-of-other-code")
+    assert judge(rows[0]) == "current", judge.why
 
 
 def test_an_image_run_loads_only_fingerprinted_modules_or_ones_named_as_changing_no_result(tmp_path):

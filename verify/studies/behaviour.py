@@ -121,9 +121,13 @@ class Judge:
             self._cache = _load_cache()
         slot = f"{run['key']}:{made_by}:{self.fingerprint}"
         if slot not in self._cache:
-            from verify.studies.driver import program_argv
+            from verify.studies.grids import program_argv, program_parameters
 
-            argv = program_argv({k: v for k, v in run["config"].items() if v is not None}, self.program)
+            # The configuration's settings that are the program's flags (verify.images.train's
+            # also records its own name, `program`, which no flag sets).
+            flags = program_parameters(self.program)
+            argv = program_argv({k: v for k, v in run["config"].items() if v is not None and k in flags},
+                                self.program)
             self._cache[slot] = difference(stored, record(self.program, argv)) or ""
             _save_cache(self._cache)
         if self._cache[slot]:
