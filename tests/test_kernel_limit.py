@@ -237,6 +237,7 @@ parameters:
   width: {values: [8, 32]}
   tasks: {value: 16}
   samples_per_task: {value: 4}
+  ladder: {value: true}
   steps: {value: 30}
   tasks_per_batch: {value: 4}
   eval_tasks: {value: 16}
@@ -275,6 +276,14 @@ def test_a_study_crosses_methods_and_widths_and_reports_gaps_with_intervals(tmp_
     assert gap["widths"][0]["trained_minus_ntk"]["mean"] == pytest.approx(expected)
     assert gap["trend"]["trained_minus_ntk_slope"]["verdict"] in ("widens", "narrows", "inconclusive")
     assert "trained − NTK per doubling" in format_markdown(table)
+    # Each kernel limit climbed its ladder (1, 2, 4 x per task); the report says when one did not settle.
+    from verify.studies.store import RunStore
+
+    with RunStore(out / "study.sqlite", readonly=True) as store:
+        records = [r["report"]["record"] for r in store.rows() if r["report"]["method"] in ("ntk", "nngp")]
+    assert all([s["samples_per_task"] for s in rec["ladder"]][:2] == [1, 2] for rec in records)
+    unsettled = sum(rec["ladder_settled"] is False for rec in records)
+    assert any("ladders did not settle" in n for n in table["notes"]) == (unsettled > 0)
 
 
 def test_the_trend_verdict_needs_an_interval_off_zero():

@@ -149,7 +149,12 @@ def effects_table(study: str, scale: str, out: Path, keys: set[str] | None = Non
     failed = [r for r in runs if r["status"] == "failed"]
     done.sort(key=lambda r: (r["encoding"], METHODS.index(r["method"]), r["width"] or 0, r["seed"]))
     stale = [r for r in done if r["code"] not in (None, "current")]
-    notes = store_notes(study, scale, n_done=len(done), n_failed=len(failed), n_stale=len(stale),
+    unsettled = [r for r in runs
+                 if r["status"] == "done" and r["report"]["record"].get("ladder_settled") is False]
+    notes = [f"{len(unsettled)} kernel limits' ladders did not settle (their held-out R² still moved by "
+             "≥ 0.005 at the last doubling of x per task): they hold at their row budget, and more rows "
+             "would raise them"] if unsettled else []
+    notes += store_notes(study, scale, n_done=len(done), n_failed=len(failed), n_stale=len(stale),
                         n_old=len(stored) - len(runs), keys=keys)
     return cli.plain(dict(study=study, scale=scale, program=PROGRAM, runs_done=len(done),
                           runs_failed=len(failed), runs=done, cells=cells(done), gaps=gaps(done), notes=notes,
