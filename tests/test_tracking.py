@@ -59,6 +59,19 @@ def wandb_history(run_dir: Path) -> tuple[dict, list[dict]]:
     return run, history
 
 
+@pytest.fixture
+def offline_wandb(tmp_path, monkeypatch):
+    """wandb offline, writing under tmp_path. wandb reads WANDB_DIR into a process-wide
+    setup once; teardown() drops it, so each test's folder is the one it writes to."""
+    wandb = pytest.importorskip("wandb")
+    for name, value in (("WANDB_MODE", "offline"), ("WANDB_DIR", str(tmp_path)), ("WANDB_SILENT", "true")):
+        monkeypatch.setenv(name, value)
+    monkeypatch.chdir(tmp_path)
+    wandb.teardown()
+    yield tmp_path / "wandb"
+    wandb.teardown()
+
+
 def test_metric_names_are_the_official_loaders():
     assert metric_name("train", "r2") == "test/r2" and metric_name("held_out", "r2") == "ood/r2"
     assert metric_name("k4", "sup") == "ood_k4/sup"
@@ -91,17 +104,11 @@ def sgd_losses(tmp_path: Path) -> list[tuple[int, float]]:
                          widths=widths, log_every=5, speed=prep.speed).losses
 
 
-def test_an_offline_wandb_run_holds_the_curve_the_scores_and_the_configuration(tmp_path, monkeypatch,
-                                                                              capsys):
-    pytest.importorskip("wandb")
-    monkeypatch.setenv("WANDB_MODE", "offline")
-    monkeypatch.setenv("WANDB_DIR", str(tmp_path))
-    monkeypatch.setenv("WANDB_SILENT", "true")
-    monkeypatch.chdir(tmp_path)
+def test_an_offline_wandb_run_holds_the_curve_the_scores_and_the_configuration(offline_wandb, capsys):
     argv = [*TINY, "--log", "wandb", "--log-group", "a-study", "--log-name", "key123", "--json"]
     assert sgd.main(argv) == 0
     report = json.loads(capsys.readouterr().out)
-    run_dir, = (tmp_path / "wandb").glob("offline-run-*")
+    run_dir, = offline_wandb.glob("offline-run-*")
     run, history = wandb_history(run_dir)
     config = run.pop("config")
     assert run == dict(group="a-study", name="key123-custom", project="compgen-bound")
@@ -157,17 +164,13 @@ def test_a_study_logs_each_run_under_its_key(tmp_path, monkeypatch):
         assert "train/loss" in tensorboard_scalars(tmp_path / "tb" / "tiny" / name)
 
 
-def test_an_offline_wandb_study_writes_one_run_per_study_run_grouped_by_the_study(tmp_path, monkeypatch):
-    pytest.importorskip("wandb")
+def test_an_offline_wandb_study_writes_one_run_per_study_run_grouped_by_the_study(offline_wandb, tmp_path):
     from tests.test_study import tiny_study
 
-    for name, value in (("WANDB_MODE", "offline"), ("WANDB_DIR", str(tmp_path)), ("WANDB_SILENT", "true")):
-        monkeypatch.setenv(name, value)
-    monkeypatch.chdir(tmp_path)
     path = tiny_study(tmp_path, held_out="[0.25, 0.5]", seeds="[1]", steps=10)
     summary = driver.run_study(path, "paper", tmp_path / "out", engine="serial", progress=False,
                                log=["wandb"])
     assert summary["done"] == 2
-    runs = [wandb_history(d)[0] for d in sorted((tmp_path / "wandb").glob("offline-run-*"))]
+    runs = [wandb_history(d)[0] for d in sorted(offline_wandb.glob("offline-run-*"))]
     keys = {f"{r.key[:16]}-custom" for r in driver.expand(path, "paper")[1]}
     assert {r["group"] for r in runs} == {"tiny"} and {r["name"] for r in runs} == keys and len(runs) == 2
