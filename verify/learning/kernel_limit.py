@@ -169,7 +169,11 @@ def training_rows(family, train_supports: np.ndarray, cfg: KernelConfig, seed: i
 
     rng = np.random.default_rng(seed + 2)
     samples = sample_eval_tasks(family.teacher, train_supports, cfg.tasks, cfg.samples_per_task, rng)
-    e = family.encode(samples.z).to(torch.float64)
+    return student_rows(family.encode, samples), samples.y.reshape(-1, samples.y.shape[-1])
+
+
+def student_rows(encode, samples) -> torch.Tensor:
+    """The rows an MLP student reads for sampled tasks, [e(z), x] (T·P, E + I), float64."""
+    e = encode(samples.z).to(torch.float64)
     T, P, _ = samples.x.shape
-    rows = torch.cat([e[:, None, :].expand(T, P, e.shape[1]), samples.x], dim=2).reshape(T * P, -1)
-    return rows, samples.y.reshape(T * P, -1)
+    return torch.cat([e[:, None, :].expand(T, P, e.shape[1]), samples.x], dim=2).reshape(T * P, -1)

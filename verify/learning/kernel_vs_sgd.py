@@ -251,13 +251,9 @@ def train_network(args, family, split, sides, progress, stop_after=None) -> tupl
 
 def probe_rows(args, family, sides):
     """The first --probe-rows rows [e(z), x] of the held-out side, float64."""
-    import torch
+    from verify.learning.kernel_limit import student_rows
 
-    _, samples = sides["held_out"]
-    e = family.encode(samples.z).to(torch.float64)
-    T, P, _ = samples.x.shape
-    rows = torch.cat([e[:, None, :].expand(T, P, e.shape[1]), samples.x], dim=2).reshape(T * P, -1)
-    return rows[:args.probe_rows]
+    return student_rows(family.encode, sides["held_out"][1])[:args.probe_rows]
 
 
 def run(args) -> dict:
@@ -324,7 +320,6 @@ def behaviour(args) -> dict[str, list[float]]:
         x, y = x[:BEHAVIOUR_ROWS], y[:BEHAVIOUR_ROWS]
         out["kernel"] = cfg.kernel_of(x, x).flatten().tolist()
         sides = _sides(small, family, split)
-        _, samples = sides["held_out"]
         with torch.no_grad():
             predictor = fit(cfg, x, y).predictor
             out["fit"] = predictor(probe_rows(small, family, sides)[:BEHAVIOUR_ROWS]).flatten().tolist()
