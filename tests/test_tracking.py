@@ -174,3 +174,45 @@ def test_an_offline_wandb_study_writes_one_run_per_study_run_grouped_by_the_stud
     runs = [wandb_history(d)[0] for d in sorted(offline_wandb.glob("offline-run-*"))]
     keys = {f"{r.key[:16]}-custom" for r in driver.expand(path, "paper")[1]}
     assert {r["group"] for r in runs} == {"tiny"} and {r["name"] for r in runs} == keys and len(runs) == 2
+
+
+# --- the image program (verify.images.train): the denoiser's loop and the run's scores ----------
+
+def test_an_image_run_logs_the_denoisers_curve_and_its_scores(tmp_path):
+    """The windows' mean losses as the denoiser's own loss curve has them, and the judge's
+    success and the best layer's probe F1 as the report has them."""
+    pytest.importorskip("tensorboard")
+    pytest.importorskip("diffusers")
+    from verify.images import train
+
+    from tests.test_images_train import TINY as IMAGE_TINY
+
+    args = train.parse_args([*IMAGE_TINY, "--steps", "4", "--seed", "3", "--out", str(tmp_path / "run"),
+                             "--log", "tensorboard", str(tmp_path / "tb"), "--log-group", "g"])
+    report = train.run(args)
+    scalars = tensorboard_scalars(tmp_path / "tb" / "g" / "seed3")
+    curve = report["training"]["loss_curve"]
+    assert [s for s, _ in scalars["train/loss"]] == [p["step"] for p in curve] == [1, 2, 3, 4]
+    assert [v for _, v in scalars["train/loss"]] == pytest.approx([p["loss"] for p in curve], rel=1e-6)
+    for side, name in (("train", "test/success"), ("test", "ood/success")):
+        (step, value), = scalars[name]
+        assert step == 4 and value == pytest.approx(report["success"][side]["rate"], rel=1e-6)
+    (_, f1), = scalars["probe/test_f1"]
+    assert f1 == pytest.approx(report["best_layer"]["test_f1"], rel=1e-6)
+    assert "log" not in report["config"]  # a runtime flag: the run's key is the same with it
+
+
+def test_a_wrong_log_flag_of_the_image_program_gets_one_line_and_exit_2(tmp_path, capsys):
+    from verify.images import train
+
+    assert train.main(["--log-group", "g", "--out", str(tmp_path / "never")]) == 2
+    err = capsys.readouterr().err
+    assert "--log-group applies to --log" in err and err.count("\n") == 1 and not (tmp_path / "never").exists()
+
+
+def test_log_is_refused_for_a_study_whose_program_does_not_track(capsys):
+    assert driver.main(["run", "kernel-vs-sgd", "--scale", "smoke", "--engine", "serial", "--log",
+                        "wandb"]) == 2
+    err = capsys.readouterr().err
+    assert "--log applies to the studies of verify.sgd, verify.images.train; kernel-vs-sgd runs " \
+           "verify.kernel" in err and err.count("\n") == 1

@@ -272,75 +272,105 @@ def _define_pipeline():
             ids = self.tokenize(prompts).to(self.text_encoder.device)
             return self.text_encoder(ids).last_hidden_state
 
-        def __call__(self, prompt: str | list[str], num_inference_steps: int = 20,
-                     guidance_scale: float = 3.0, negative_prompt: str | list[str] | None = None,
-                     generator=None, latents=None,
-                     output_type: str = "pil", return_dict: bool = True,
-                     callback_on_step_end: Callable | None = None,
-                     callback_on_step_end_tensor_inputs: Sequence[str] = ("latents",)):
-            """Images for `prompt` (one per prompt): noise from `generator` (one per image, or one),
-            `num_inference_steps` DDIM steps, guidance_scale > 1 for classifier-free guidance against
-            `negative_prompt` (default ""). output_type "np" (floats in [0, 1], (n, H, W, 3)), "pt"
-            ((n, 3, H, W)) or "pil"."""
-            import torch
-            from diffusers.pipelines.pipeline_utils import ImagePipelineOutput
-            from diffusers.utils.torch_utils import randn_tensor
-
-            prompts = [prompt] if isinstance(prompt, str) else list(prompt)
-            n = len(prompts)
-            if negative_prompt is None:
-                negative_prompt = [""] * n
-            elif isinstance(negative_prompt, str):
-                negative_prompt = [negative_prompt] * n
-            if len(negative_prompt) != n:
-                raise ValueError(f"{len(negative_prompt)} negative prompts for {n} prompts")
-            unknown = set(callback_on_step_end_tensor_inputs) - set(self._callback_tensor_inputs)
-            if unknown:
-                raise ValueError(f"callback tensor inputs must be among {self._callback_tensor_inputs}, got "
-                                 f"{sorted(unknown)}")
-            self._guidance_scale = float(guidance_scale)
-            device, dtype = self.unet.device, self.unet.dtype
-            with torch.no_grad():
-                text = self.encode_prompt(prompts)  # the prompt first, then the negative prompt
-                if self.do_classifier_free_guidance:
-                    # [unconditional; conditional], SD's order
-                    text = torch.cat([self.encode_prompt(negative_prompt), text])
-                size = self.unet.config.sample_size
-                shape = (n, self.unet.config.in_channels, size, size)
-                if latents is None:
-                    latents = randn_tensor(shape, generator=generator, device=device, dtype=dtype)
-                latents = latents.to(device=device, dtype=dtype) * self.scheduler.init_noise_sigma
-                self.scheduler.set_timesteps(num_inference_steps, device=device)
-                for i, t in enumerate(self.progress_bar(self.scheduler.timesteps)):
-                    x = torch.cat([latents] * 2) if self.do_classifier_free_guidance else latents
-                    x = self.scheduler.scale_model_input(x, t)
-                    eps = self.unet(x, t, encoder_hidden_states=text).sample
-                    if self.do_classifier_free_guidance:
-                        uncond, cond = eps.chunk(2)
-                        eps = uncond + self._guidance_scale * (cond - uncond)
-                    latents = self.scheduler.step(eps, t, latents).prev_sample
-                    if callback_on_step_end is not None:
-                        tensors = {"latents": latents}
-                        out = callback_on_step_end(self, i, t, {k: tensors[k]
-                                                                for k in callback_on_step_end_tensor_inputs})
-                        latents = (out or {}).get("latents", latents)
-                images = (latents / 2 + 0.5).clamp(0, 1)
-            self.maybe_free_model_hooks()
-            if output_type == "pt":
-                out = images
-            else:
-                out = images.permute(0, 2, 3, 1).float().cpu().numpy()
-                if output_type == "pil":
-                    out = self.numpy_to_pil(out)
-                elif output_type != "np":
-                    raise ValueError(f"output_type must be np, pt or pil, got {output_type!r}")
-            if not return_dict:
-                return (out,)
-            return ImagePipelineOutput(images=out)
+        __call__ = _generate  # module-level, so that the class holds the pipeline's state only
 
     PixelTextToImagePipeline.__module__ = __name__
     PixelTextToImagePipeline.__qualname__ = "PixelTextToImagePipeline"
     return PixelTextToImagePipeline
+
+
+def _generate(self, prompt: str | list[str], num_inference_steps: int = 20,
+              guidance_scale: float = 3.0, negative_prompt: str | list[str] | None = None,
+              generator=None, latents=None,
+              output_type: str = "pil", return_dict: bool = True,
+              callback_on_step_end: Callable | None = None,
+              callback_on_step_end_tensor_inputs: Sequence[str] = ("latents",)):
+    """Images for `prompt` (one per prompt): noise from `generator` (one per image, or one),
+    `num_inference_steps` DDIM steps, guidance_scale > 1 for classifier-free guidance against
+    `negative_prompt` (default ""). output_type "np" (floats in [0, 1], (n, H, W, 3)), "pt"
+    ((n, 3, H, W)) or "pil"."""
+    import torch
+    from diffusers.pipelines.pipeline_utils import ImagePipelineOutput
+
+    prompts = [prompt] if isinstance(prompt, str) else list(prompt)
+    negative = _negative_prompts(negative_prompt, len(prompts))
+    _check_tensor_inputs(callback_on_step_end_tensor_inputs, self._callback_tensor_inputs)
+    self._guidance_scale = float(guidance_scale)
+    with torch.no_grad():
+        text = _conditioning(self, prompts, negative)
+        latents = _denoise(self, text, len(prompts), num_inference_steps, generator, latents,
+                           callback_on_step_end, callback_on_step_end_tensor_inputs)
+        images = (latents / 2 + 0.5).clamp(0, 1)
+    self.maybe_free_model_hooks()
+    out = _as_output(self, images, output_type)
+    return ImagePipelineOutput(images=out) if return_dict else (out,)
+
+
+def _negative_prompts(negative_prompt, n: int) -> list[str]:
+    """One negative prompt per prompt ("" by default, a string repeated)."""
+    if negative_prompt is None:
+        return [""] * n
+    negative = [negative_prompt] * n if isinstance(negative_prompt, str) else list(negative_prompt)
+    if len(negative) != n:
+        raise ValueError(f"{len(negative)} negative prompts for {n} prompts")
+    return negative
+
+
+def _check_tensor_inputs(asked: Sequence[str], known: Sequence[str]) -> None:
+    unknown = set(asked) - set(known)
+    if unknown:
+        raise ValueError(f"callback tensor inputs must be among {list(known)}, got {sorted(unknown)}")
+
+
+def _conditioning(pipe, prompts: list[str], negative: list[str]):
+    """The text encoder's states for the prompts; under guidance [negative; prompts], SD's order
+    (the prompts are encoded first, then the negative prompts, as before)."""
+    import torch
+
+    text = pipe.encode_prompt(prompts)
+    if pipe.do_classifier_free_guidance:
+        text = torch.cat([pipe.encode_prompt(negative), text])
+    return text
+
+
+def _denoise(pipe, text, n: int, steps: int, generator, latents, callback, callback_inputs):
+    """The DDIM loop from noise (`latents`, or drawn from `generator`) to the clean latents."""
+    import torch
+    from diffusers.utils.torch_utils import randn_tensor
+
+    device, dtype = pipe.unet.device, pipe.unet.dtype
+    size = pipe.unet.config.sample_size
+    shape = (n, pipe.unet.config.in_channels, size, size)
+    if latents is None:
+        latents = randn_tensor(shape, generator=generator, device=device, dtype=dtype)
+    latents = latents.to(device=device, dtype=dtype) * pipe.scheduler.init_noise_sigma
+    pipe.scheduler.set_timesteps(steps, device=device)
+    guided = pipe.do_classifier_free_guidance
+    for i, t in enumerate(pipe.progress_bar(pipe.scheduler.timesteps)):
+        x = torch.cat([latents] * 2) if guided else latents
+        x = pipe.scheduler.scale_model_input(x, t)
+        eps = pipe.unet(x, t, encoder_hidden_states=text).sample
+        if guided:
+            uncond, cond = eps.chunk(2)
+            eps = uncond + pipe.guidance_scale * (cond - uncond)
+        latents = pipe.scheduler.step(eps, t, latents).prev_sample
+        if callback is not None:
+            out = callback(pipe, i, t, {k: {"latents": latents}[k] for k in callback_inputs})
+            latents = (out or {}).get("latents", latents)
+    return latents
+
+
+def _as_output(pipe, images, output_type: str):
+    """(n, 3, H, W) images in [0, 1] as output_type asks: "pt" as they are, "np" (n, H, W, 3)
+    floats, "pil" images."""
+    if output_type == "pt":
+        return images
+    out = images.permute(0, 2, 3, 1).float().cpu().numpy()
+    if output_type == "pil":
+        return pipe.numpy_to_pil(out)
+    if output_type != "np":
+        raise ValueError(f"output_type must be np, pt or pil, got {output_type!r}")
+    return out
 
 
 def __getattr__(name: str):
@@ -362,14 +392,16 @@ def to_model_space(images) -> np.ndarray:
 
 def train(pipe, images, prompts: Sequence[str], *, steps: int, batch: int, lr: float,
           weight_decay: float = 0.01, p_uncond: float = 0.1, seed: int = 0, device: str = "cpu",
-          grad_clip: float = 1.0, log_points: int = 10, progress=None) -> dict:
+          grad_clip: float = 1.0, log_points: int = 10, progress=None, tracker=None) -> dict:
     """Train `pipe`'s unet and text encoder on (images[i], prompts[i]) pairs: per step `batch`
     pairs drawn uniformly with replacement, a uniform DDPM timestep and Gaussian noise each, the
     prompt replaced by "" with probability p_uncond; MSE between the UNet's output and its target
     (the noise, the velocity or the clean image: the scheduler's prediction_type); AdamW (lr,
     weight_decay), gradients clipped to norm grad_clip. Returns the loss curve (the mean loss
     over each of log_points equal windows of steps, at the window's last step) and the first
-    and last steps' losses. `progress`, if given, is called with each finished step."""
+    and last steps' losses. `progress`, if given, is called with each finished step; `tracker`
+    (verify.learning.tracking), if given, gets each window's mean loss as `train/loss` at the
+    window's last step, as it ends (the losses are on the host already: no sync of its own)."""
     import torch
     import torch.nn.functional as F
     from diffusers import DDPMScheduler
@@ -387,6 +419,8 @@ def train(pipe, images, prompts: Sequence[str], *, steps: int, batch: int, lr: f
     params = [*unet.parameters(), *text_encoder.parameters()]
     opt = torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
     losses = np.zeros(steps)
+    edges = np.linspace(0, steps, max(1, min(log_points, steps)) + 1).round().astype(int)
+    window_ends = dict(zip(edges[1:].tolist(), edges[:-1].tolist(), strict=True))  # last step → first
     try:
         for step in range(steps):
             idx = torch.randint(len(x0_all), (batch,), generator=gen)
@@ -404,13 +438,13 @@ def train(pipe, images, prompts: Sequence[str], *, steps: int, batch: int, lr: f
                 torch.nn.utils.clip_grad_norm_(params, grad_clip)
             opt.step()
             losses[step] = float(loss.detach())
+            if tracker is not None and step + 1 in window_ends:
+                tracker.log(step + 1, {"train/loss": float(losses[window_ends[step + 1]:step + 1].mean())})
             if progress is not None:
                 progress(step + 1)
     finally:
         unet.eval()
         text_encoder.eval()
-    points = max(1, min(log_points, steps))
-    edges = np.linspace(0, steps, points + 1).round().astype(int)
     curve = [dict(step=int(hi), loss=float(losses[lo:hi].mean()))
              for lo, hi in zip(edges[:-1], edges[1:], strict=True)]
     return dict(loss_curve=curve, first_loss=float(losses[0]), last_loss=float(losses[-1]))

@@ -45,6 +45,7 @@ import numpy as np
 
 from verify import cli
 from verify.cli import UsageError, non_negative_float, non_negative_int, positive_float, positive_int
+from verify.learning import tracking
 
 PROG = "python -m verify.images.train"
 PROGRAM = "verify.images.train"
@@ -52,7 +53,7 @@ PRESET_NAMES = ("tiny", "small", "base", "large")  # verify.images.denoiser.PRES
 DEFAULT_FRACTIONS = (0.3, 0.5, 0.7, 1.0)  # verify.images.activations.DEFAULT_FRACTIONS
 PREDICTIONS = ("epsilon", "v_prediction", "sample")  # verify.images.denoiser.PREDICTIONS
 # Settings that do not change a run's result, left out of its configuration's key.
-RUNTIME = ("threads", "no_progress", "json", "out", "device")
+RUNTIME = ("threads", "no_progress", "json", "out", "device", "log", "log_group", "log_name")
 # Flags resolved into others, left out of the key too: --held-out becomes train_combinations.
 RESOLVED = ("held_out",)
 DEFAULT_OUT = Path("out") / "images-train"  # relative to the working folder; a run goes in <key[:12]>/
@@ -128,6 +129,8 @@ def build_parser() -> cli.Parser:
     p.add_argument("--device", default="cpu",
                    help="cpu, or cuda / cuda:N where a GPU is present (default cpu)")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
+    tracking.add_flags(p, what="the denoiser's loss curve and the run's success and decodability",
+                       group=PROGRAM, name="seed<N>")
     cli.add_common(p, threads_default="the cores the load leaves free")
     return p
 
@@ -171,6 +174,10 @@ def parse_args(argv=None):
     steps_for(args.fractions, args.sample_steps)  # UsageError for fractions outside [0, 1]
     args.fractions = [float(f) for f in args.fractions]
     check_device(args.device)
+    try:
+        args.log = tracking.spec_of(args, PROGRAM, f"seed{args.seed}")
+    except ValueError as e:
+        raise UsageError(str(e)) from None
     if args.out is None:
         from verify.studies.store import config_key
 
@@ -272,7 +279,7 @@ def _build(args, scene):
     return pipe, size
 
 
-def _train(args, pipe, scene, combos, train_rows, progress) -> dict:
+def _train(args, pipe, scene, combos, train_rows, progress, tracker=None) -> dict:
     """Train on the training combinations' renders and prompts: the loss record."""
     from constructions.tasks import images as scenes
     from verify.images import denoiser
@@ -281,7 +288,20 @@ def _train(args, pipe, scene, combos, train_rows, progress) -> dict:
         return denoiser.train(pipe, scenes.render(scene, combos[train_rows]),
                               scenes.prompts(scene, combos[train_rows]), steps=args.steps, batch=args.batch,
                               lr=args.lr, weight_decay=args.weight_decay, p_uncond=args.p_uncond,
-                              seed=args.seed, device=args.device, progress=lambda s: bar.update(1))
+                              seed=args.seed, device=args.device, progress=lambda s: bar.update(1),
+                              tracker=tracker)
+
+
+def _log_scores(tracker, steps: int, a, best: str, decodability: dict) -> None:
+    """The run's scores into its tracker (--log), then close it: the judge's success on the
+    training combinations (`test/success`, the official loaders' name for that side) and the
+    held-out ones (`ood/success`), and the best layer's probe F1 on the held-out images."""
+    if tracker is None:
+        return
+    tracker.log(steps, {tracking.metric_name("train", "success"): a.success("train")["rate"],
+                        tracking.metric_name("held_out", "success"): a.success("test")["rate"],
+                        "probe/test_f1": decodability[best]["test_f1"]})
+    tracker.close()
 
 
 def _run(args) -> dict:
@@ -306,7 +326,8 @@ def _run(args) -> dict:
     pipe, size = timed("build", _build, args, scene)
     n_params = {"unet": denoiser.parameters(pipe.unet),
                 "text_encoder": denoiser.parameters(pipe.text_encoder)}
-    training = timed("train", _train, args, pipe, scene, combos, split.train, progress)
+    tracker = tracking.open_tracker(args.log, run_config(args))
+    training = timed("train", _train, args, pipe, scene, combos, split.train, progress, tracker)
     seconds["per_step"] = seconds["train"] / args.steps
     folder = out / "pipeline"
     timed("save", _save_atomically, pipe.to("cpu"), folder)
@@ -325,6 +346,7 @@ def _run(args) -> dict:
 
     best = probes.best_layer(a.probe)
     decodability = analyse.decodability(a.probe)
+    _log_scores(tracker, args.steps, a, best, decodability)
     config = run_config(args)
     training_record = dict(training, steps=args.steps, batch=args.batch, lr=args.lr,
                            weight_decay=args.weight_decay, p_uncond=args.p_uncond, seed=args.seed,

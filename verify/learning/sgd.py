@@ -36,6 +36,7 @@ from verify.cli import (
     positive_float,
     positive_int,
 )
+from verify.learning import tracking
 from verify.learning.families import DEFAULT_FAMILY, FAMILIES
 from verify.names import (
     CHECKPOINT_SECONDS,
@@ -164,13 +165,8 @@ def _add_runtime_flags(p) -> None:
                         "holds (a run killed and started again ends as an uninterrupted one would)")
     p.add_argument("--checkpoint-minutes", type=positive_float, default=CHECKPOINT_SECONDS / 60,
                    help=f"wall-clock minutes between checkpoints (default {CHECKPOINT_SECONDS / 60:g})")
-    p.add_argument("--log", nargs="+", metavar="SPEC",
-                   help="also log each student's loss curve and scores live: `tensorboard DIR` (event "
-                        "files under DIR/GROUP/NAME) or `wandb` (WANDB_MODE=offline keeps it local); the "
-                        "`trackers` extra (verify.learning.tracking)")
-    p.add_argument("--log-group", help="--log: the run's group (default verify.sgd; a study: its name)")
-    p.add_argument("--log-name", help="--log: the run's name, before -<shape> (default seed<N>; a study: the "
-                                      "run's key)")
+    tracking.add_flags(p, what="each student's loss curve and scores", group="verify.sgd",
+                       name="seed<N>, then -<shape>")
     p.add_argument("--log-every", type=positive_int,
                    help="steps between readings of the running loss, the training loop's only host sync "
                         "(default steps/100)")
@@ -259,12 +255,8 @@ def parse_args(argv=None):
 
 def _tracker_spec(args):
     """--log, --log-group and --log-name as one tracker spec (None without --log)."""
-    from verify.learning.tracking import parse_log
-
-    if not args.log and (args.log_group or args.log_name):
-        raise UsageError(f"{'--log-group' if args.log_group else '--log-name'} applies to --log")
     try:
-        return parse_log(args.log, args.log_group, args.log_name)
+        return tracking.spec_of(args, "verify.sgd", "run")
     except ValueError as e:
         raise UsageError(str(e)) from None
 

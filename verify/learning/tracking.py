@@ -49,6 +49,25 @@ class TrackerSpec:
         return TrackerSpec(self.kind, self.folder, self.group, name)
 
 
+def add_flags(p, *, what: str, group: str, name: str) -> None:
+    """--log, --log-group and --log-name on parser `p` (what: what is logged; group, name: their
+    defaults, as the help says them)."""
+    p.add_argument("--log", nargs="+", metavar="SPEC",
+                   help=f"also log {what} live: `tensorboard DIR` (event files under DIR/GROUP/NAME) or "
+                        "`wandb` (WANDB_MODE=offline keeps it local); the `trackers` extra "
+                        "(verify.learning.tracking)")
+    p.add_argument("--log-group", help=f"--log: the run's group (default {group}; a study: its name)")
+    p.add_argument("--log-name", help=f"--log: the run's name (default {name}; a study: the run's key)")
+
+
+def spec_of(args, group: str, name: str) -> TrackerSpec | None:
+    """The flags add_flags added, as one spec (None without --log); ValueError with a one-line
+    reason for --log-group or --log-name without --log, or a wrong --log."""
+    if not args.log and (args.log_group or args.log_name):
+        raise ValueError(f"{'--log-group' if args.log_group else '--log-name'} applies to --log")
+    return parse_log(args.log, args.log_group or group, args.log_name or name)
+
+
 def parse_log(values: list[str] | None, group: str | None = None,
               name: str | None = None) -> TrackerSpec | None:
     """--log's values (`tensorboard DIR` or `wandb`) as a spec; ValueError with a one-line

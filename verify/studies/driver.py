@@ -199,8 +199,9 @@ def build_parser() -> cli.Parser:
     r.add_argument("--checkpoint-minutes", type=positive_float,
                    help="wall-clock minutes between a run's checkpoints (default verify.sgd's, 10)")
     r.add_argument("--log", nargs="+", metavar="SPEC",
-                   help="verify.sgd's studies: log each run live, `tensorboard DIR` or `wandb`, grouped by "
-                        "the study and named by the run's key (verify.learning.tracking)")
+                   help="verify.sgd's and verify.images.train's studies: log each run live, `tensorboard "
+                        "DIR` or `wandb`, grouped by the study and named by the run's key "
+                        "(verify.learning.tracking)")
     r.add_argument("--retry-failed", action="store_true", help="run the failed runs again too")
     r.add_argument("--rerun-stale", action="store_true",
                    help="run again the runs whose stored result was made by other code (another "
@@ -276,9 +277,7 @@ def parse_args(argv=None):
         args.studies = study_names()
         for name in args.studies:  # every grid is checked before any run
             _, runs = expand(name, args.scale)
-            if not PROGRAMS[runs[0].program].sgd_grid and (args.checkpoint_minutes is not None or args.log):
-                flag = "--log" if args.log else "--checkpoint-minutes"
-                raise UsageError(f"{flag} applies to verify.sgd's studies; {name} runs {runs[0].program}")
+            _refuse_flags(args, PROGRAMS[runs[0].program], name)
         return args
     # report and export read `store` (the working folder's, else the committed one in the
     # package) and write into `out` (always the working folder's, or --out).
@@ -290,13 +289,22 @@ def parse_args(argv=None):
     if args.command == "run":  # a bad grid is refused before any work, and before --out is made
         _, runs = expand(args.study, args.scale)
         program = PROGRAMS[runs[0].program]
-        if not program.sgd_grid and (args.pack > 1 or args.checkpoint_minutes is not None or args.log):
-            flag = "--pack" if args.pack > 1 else "--log" if args.log else "--checkpoint-minutes"
-            raise UsageError(f"{flag} applies to verify.sgd's studies; {args.study} runs {program.name}")
+        _refuse_flags(args, program, args.study)
         if args.pack > 1:
             check_packable_grid(runs)
     args.out = cli.prepare_out_dir(args.out or default_out(args.study, args.scale), "--out")
     return args
+
+
+def _refuse_flags(args, program, study: str) -> None:
+    """UsageError for a run flag that `program` does not take: --pack and --checkpoint-minutes
+    (verify.sgd's), --log (the programs that track)."""
+    if not program.sgd_grid and (args.pack > 1 or args.checkpoint_minutes is not None):
+        flag = "--pack" if args.pack > 1 else "--checkpoint-minutes"
+        raise UsageError(f"{flag} applies to verify.sgd's studies; {study} runs {program.name}")
+    if args.log and not program.tracks:
+        tracked = ", ".join(p.name for p in PROGRAMS.values() if p.tracks)
+        raise UsageError(f"--log applies to the studies of {tracked}; {study} runs {program.name}")
 
 
 def work(args) -> int:

@@ -22,7 +22,7 @@ class Execution:
     gpus_per_run: float = 0.0
     checkpoint_minutes: float | None = None
     pack: int = 1
-    log: tuple[str, ...] = ()  # verify.sgd's --log flags for every run (its --log-name: the run's key)
+    log: tuple[str, ...] = ()  # --log flags for every run (its --log-name: the run's key)
 
 
 def pack_key(run: Run) -> str:

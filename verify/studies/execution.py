@@ -18,7 +18,7 @@ def _run_argv(argv: tuple[str, ...], run_dir: str, device: str, checkpoint_minut
               program: str = DEFAULT_PROGRAM, log: tuple[str, ...] = ()) -> list[str]:
     """A run's command line as the driver runs it: quiet, one thread, on `device`, writing
     into run_dir (verify.sgd's checkpoints, verify.images.train's saved pipeline), and with
-    `log` (verify.sgd's --log flags) named by its folder, the run's key."""
+    `log` (the --log flags of a program that tracks) named by its folder, the run's key."""
     every = [] if checkpoint_minutes is None else ["--checkpoint-minutes", str(checkpoint_minutes)]
     tracked = [*log, "--log-name", Path(run_dir).name] if log else []
     return [*argv, "--no-progress", "--threads", "1", "--device", device,

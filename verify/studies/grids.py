@@ -57,6 +57,7 @@ class Program:
     # verify.sgd's grid conventions: `width`/`depth` as an MLP's shape, parameters that only
     # some students or families take, packs of runs and a checkpoint interval.
     sgd_grid: bool = False
+    tracks: bool = False  # takes --log, --log-group, --log-name (verify.learning.tracking)
 
     def load(self):
         import importlib
@@ -71,8 +72,9 @@ class Program:
 
 DEFAULT_PROGRAM = "verify.sgd"
 PROGRAMS = {p.name: p for p in (
-    Program("verify.sgd", "verify.learning.sgd", "verify.studies.effects", "--checkpoint", sgd_grid=True),
-    Program("verify.images.train", "verify.images.train", "verify.images.study", "--out"),
+    Program("verify.sgd", "verify.learning.sgd", "verify.studies.effects", "--checkpoint", sgd_grid=True,
+            tracks=True),
+    Program("verify.images.train", "verify.images.train", "verify.images.study", "--out", tracks=True),
     Program("verify.kernel", "verify.learning.kernel_vs_sgd", "verify.studies.kernel_report", "--save"),
 )}
 
