@@ -12,6 +12,34 @@ has the formulas and the derivations.
 `DeepConstruction.forward` performs the network's own ReLU operations on (B, 2, I, H)
 tensors (u and v side by side), so it is the dense network's function everywhere, also off
 the box, at O(I·H·m) per input; `to_sequential()` writes the block-structured dense layers.
+
+Measured on the default teacher (I = H = O = 16, M = 32, K = 3, discrete weights, seed 0, all
+5,488 supports): 9,360 hidden units at ε = 1e-3 and 14,560 at ε = 1e-6, 385× fewer than the
+shallow network's 5,613,104 (target ≥ 100×), certificate 4.5e-7, measured 8.6e-8. Real output
+(lines cut at …):
+
+    $ python -m verify.bound --construction deep --eps 1e-6
+    hyperteacher  I=16 H=16 O=16 M=32 K=3  weights=discrete encoding=identity seed=0  (5,488 supports)
+    construction  deep   certificate holds on: Z_K
+                  m=13  N_eff=16384  depth=14  C=1.296
+                  a=5.797  S=20.73  variant=theorem  constants=apriori
+                  note=variant does not change this network: the bias rides in the accumulator …
+    ε             1.000e-06
+    hidden units  layer 1 squares 8·I·H   = 2,048
+                  levels 2..m 4·I·H·(m−1) = 12,288
+                  accumulators H·m        = 208
+                  layer 14 H              = 16
+                  total                   = 14,560   formula (m+1)·(4·I·H + H)
+                  widths                  = (2064, 1040×12, 16) (14 hidden layers) counted on …
+    certificate   4.477e-07   (float64 rounding ≤ 4.9e-10)
+    measured      sup‖f−g‖∞ = 8.634e-08  = 0.193 × certificate   (all 5,488 supports, 163,207 …
+                  worst at z13=0.533, z25=0.109, z28=0.999; stages random 5.56e-08, refine 8.63e-08
+    dense check   max|dense − structured| = 2.8e-14
+    PASS          certificate <= eps
+    PASS          measured <= certificate
+    PASS          count = formula
+    PASS          dense = structured
+    verdict       PASS  (43.2 s, peak memory 1.03 GiB)
 """
 
 from __future__ import annotations

@@ -39,6 +39,13 @@ Where it stops being exact (verify/exact_checks.py measures both):
   (`radius`: 1 with the instance's ranges, > 1 with the a-priori ones). Beyond it an on unit
   clips (q < lo) first, the x carry ReLU(x + ρ) clips below −ρ, and far out (q > hi + span)
   off units leak.
+
+Measured on the default teacher (I = H = O = 16, M = 32, K = 3, discrete): 2,304 hidden units,
+M·(5+1) + I + 4·M·min(I,H) + M + H (khot: M·min(I,H) + M + H = 560), the same at every ε; no
+code of the level-code form does it with 3 gated units per module and signal (checked exactly).
+Over all 1,089,408 discrete tasks the error is 6.4e-14. Off the task set (verify.bound prints
+it): z between the levels gives errors as large as the output itself (4.1 against max |g| =
+4.2); x is exact up to |x_i| ≤ 1.69 (the gates' margin), then leaks (0.66 at 1.86).
 """
 
 from __future__ import annotations

@@ -11,6 +11,13 @@ Construction: one block per teacher layer, each the shallow construction's two h
   its u, v in [-1, 1]) and M carry units; the last block: H units ReLU(p̂), then ·A.
 Hidden units: Σ_l (2·H_{l−1}·H·N_l + M) + (L−1)·(2H + M) + H. The certificate and the choice of N_l
 are derived in `theory.multilayer`: δ^l ≤ Cᵀ δ^{l-1} + Cᵀ R / N_l², certificate max_o (|A|ᵀ δ^L)_o.
+Each block's input is bounded by interval arithmetic (with `--constants instance` exactly, as a
+max over the vertices of Z_K); the N_l are allocated by a closed-form Lagrange rule and trimmed.
+
+Measured (default teacher, `--constants instance`, ε = 1e-3): L = 2, 1,042,064 hidden units in 4
+hidden layers, measured/certificate 0.10; L = 3, 4,544,752 units in 6, 0.045. The low ratio at
+L = 3 is the Lipschitz bound's worst-case alignment across layers; on the one-neuron instance
+an exhaustive grid reaches 0.96 of it.
 """
 
 from __future__ import annotations

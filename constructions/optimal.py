@@ -16,6 +16,12 @@ carry (theorem: M units z_m; lean: H units b_h(z̃)), as in shallow.
 
 `forward` is the structured evaluator (O(I·H) per input, never the dense matrix);
 `to_sequential` writes the dense network. They are the same function on all of ℝ^D.
+
+The N_ih minimise Σ N_ih under the certificate by its Lagrange dual (L-BFGS-B), then rounding
+and greedy trimming. Measured on the default teacher (I = H = O = 16, M = 32, K = 3): the
+integer Σ N_ih is within 5 (ε = 1e-3) of the dual lower bound, and every single N_ih − 1
+breaks the certificate; the network is 0.816× the theorem's units (a-priori C), 0.830× the
+shallow network with instance C (144,950 hidden units at ε = 1e-3, 4,581,944 at 1e-6).
 """
 
 from __future__ import annotations

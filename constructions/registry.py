@@ -10,6 +10,10 @@ contract test pick them the same way.
 What each is called, its label, help and default constants are its entry in
 constructions/names.py (importable without torch); its builder is here. Adding a
 construction is its own theory/ and constructions/ modules, one Entry and one builder.
+
+A construction's dense network is a plain nn.Sequential, so its saved state_dict
+(`torch.save(net.to_sequential().state_dict(), path)`) reloads into
+verify.learning.train.mlp(M + I, widths, O), widths being its hidden_units().widths.
 """
 
 from __future__ import annotations

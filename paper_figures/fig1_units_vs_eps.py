@@ -6,6 +6,9 @@ continuous version 2·I·H·√(I·C·a/ε) + M + H, a dashed slope-1/2 referenc
 within-seed OLS slope of log units on log 1/ε with its 95% interval for each M.
 (b) the count divided by its leading term 2·I·H·√(I·C·a/ε): what is left is the ceiling
 in N (up to a factor 1 + 1/N) and the additive M + H, both fading as ε → 0.
+
+The committed figure: M = 4, 16, 64, three seeds, every network counted on its built
+nn.Sequential (up to 4.3 GiB at M = 64, ε = 1e-6).
 """
 
 from __future__ import annotations

@@ -8,6 +8,10 @@ the count check and the fit. The
 memorization baseline (one copy of the teacher's H units per task) is built and its
 Linear widths counted where it fits in memory, and drawn from its formula beyond. The
 number of tasks Σ_{k≤K} C(M, k) is its own series: it and the memorizer grow like M^K.
+
+The committed figure: the memorizer built and counted up to M = 32, its formula beyond; the
+construction's 40 networks all counted on their nn.Sequential (up to 4.7 GiB at M = 1024,
+ε = 1e-4).
 """
 
 from __future__ import annotations

@@ -1,13 +1,13 @@
 """The SGD runs behind figures 5–7, run once per process and shared.
 
-Every run is one call of `verify.sgd` (its parser, so the optimiser settings are its
-defaults, the paper's: AdamW, lr 3e-4, weight decay 3e-3, batches of 32 tasks × 16
-samples): a teacher, a random split of its supports, the construction at ε, and one
+Every run is one verify.sgd run (an SgdRun built from the plan, so the optimiser settings
+are verify.sgd's defaults, the paper's: AdamW, lr 3e-4, weight decay 3e-3, batches of 32
+tasks × 16 samples): a teacher, a random split of its supports, the construction at ε, and one
 SGD-trained MLP per shape, all scored on training and held-out tasks. Figure 5 reads
 the runs over ε (network size) at one split, figure 6 the runs over the held-out
 fraction (number of training tasks) at one ε, figure 7 every distinct run of both. A run
-both figures ask for (same ε and split) is trained once: reports are cached by their
-`verify.sgd` arguments.
+both figures ask for (same ε and split) is trained once: reports are cached by their runs'
+keys.
 """
 
 from __future__ import annotations
@@ -16,6 +16,8 @@ import copy
 from dataclasses import dataclass, replace
 
 import verify.learning.sgd
+from verify.learning.run_config import Runtime, SgdRun
+from verify.studies.store import config_key
 
 SHAPES = ("matched", "balanced")
 
@@ -56,37 +58,36 @@ def plan(quick: bool, seed: int) -> SgdPlan:
     return replace(QUICK if quick else DEFAULT, seed=seed)
 
 
-def argv(p: SgdPlan, eps: float, held_out: float) -> tuple[str, ...]:
-    """The `python -m verify.sgd` arguments of one run (also its cache key)."""
-    return ("--I", str(p.I), "--H", str(p.H), "--O", str(p.O), "--M", str(p.M), "--K", str(p.K),
-            "--eps", repr(eps), "--split", "random", "--held-out", repr(held_out),
-            "--shapes", *p.shapes, "--steps", str(p.steps), "--eval-samples", str(p.eval_samples),
-            "--seed", str(p.seed))
+def run_of(p: SgdPlan, eps: float, held_out: float) -> SgdRun:
+    """The verify.sgd run of one point of the plan (its other settings verify.sgd's defaults)."""
+    return SgdRun.build(dict(I=p.I, H=p.H, O=p.O, M=p.M, K=p.K, eps=eps, split="random", held_out=held_out,
+                             shapes=p.shapes, steps=p.steps, eval_samples=p.eval_samples, seed=p.seed))
 
 
-# verify.sgd's reports by their arguments. A plain dict rather than lru_cache, so that how
+# verify.sgd's reports by their runs' keys. A plain dict rather than lru_cache, so that how
 # a run shows its training bars (--no-progress or not) is not part of the key.
-_REPORTS: dict[tuple[str, ...], dict] = {}
+_REPORTS: dict[str, dict] = {}
 
 
 def clear_cache() -> None:
     _REPORTS.clear()
 
 
-def _report(args: tuple[str, ...], progress: bool | None) -> dict:
-    if args not in _REPORTS:
-        flags = ["--no-progress"] if progress is False else []
-        _REPORTS[args] = verify.learning.sgd.run(verify.learning.sgd.parse_args([*args, *flags]))
-    return _REPORTS[args]
+def _report(run: SgdRun, progress: bool | None) -> dict:
+    key = config_key(run.key())
+    if key not in _REPORTS:
+        _REPORTS[key] = verify.learning.sgd.run(run.replace(runtime=Runtime(no_progress=progress is False)))
+    return _REPORTS[key]
 
 
 def report(p: SgdPlan, eps: float, held_out: float, progress: bool | None = None) -> dict:
-    """verify.sgd's report for one run, with its arguments (a copy: callers may annotate it).
-    The run trains once per process, showing its bars on a terminal unless progress is False.
-    Each row also carries its network's metrics as "<side>_<metric>" columns (the names the
-    figures' data files use), composed from the report's records."""
-    args = argv(p, eps, held_out)
-    r = copy.deepcopy(_report(args, progress)) | dict(eps=eps, held_out=held_out, argv=list(args))
+    """verify.sgd's report for one run, with the command line that reproduces it (`argv`; a
+    copy: callers may annotate it). The run trains once per process, showing its bars on a
+    terminal unless progress is False. Each row also carries its network's metrics as
+    "<side>_<metric>" columns (the names the figures' data files use), composed from the
+    report's records."""
+    run = run_of(p, eps, held_out)
+    r = copy.deepcopy(_report(run, progress)) | dict(eps=eps, held_out=held_out, argv=run.command_line())
     for row in r["rows"]:
         mine = [m for m in r["metrics"] if m["network"] == row["network"]]
         row |= {f"{m['side']}_{m['metric']}": m["value"] for m in mine}

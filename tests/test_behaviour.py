@@ -90,8 +90,9 @@ def test_the_record_is_the_runs_own_first_steps_and_is_reproducible():
     """The record's losses are the run's: a full run's loss curve starts with them."""
     argv = ["--M", "4", "--K", "2", "--I", "2", "--H", "2", "--O", "2", "--shapes", "custom", "--widths", "8",
             "--steps", "40", "--log-every", "1", "--eval-tasks", "8", "--seed", "3"]
-    record = behaviour.record("verify.sgd", argv)
-    assert record == behaviour.record("verify.sgd", argv)
+    config = sgd.parse_args(argv).key()
+    record = behaviour.record("verify.sgd", config)
+    assert record == behaviour.record("verify.sgd", config)
     assert set(record) == {"split", "lr", "construction ε=0.01 scores", "sgd custom scores",
                            "sgd custom losses"}
     from verify.learning.train import train_student
@@ -130,14 +131,14 @@ def test_the_image_program_records_its_behaviour_and_a_changed_loss_or_judge_mov
 
     _, runs = study.expand("image-composition", "smoke")
     run = runs[0]
-    first = behaviour.record(run.program, run.argv)
+    first = behaviour.record(run.program, run.config)
     assert set(first) == {"split", "parameters", "losses", "features", "decodability", "success"}
     assert len(first["losses"]) == 4 and first["split"][:2] == [24.0, 40.0]
-    assert behaviour.difference(first, behaviour.record(run.program, run.argv)) is None
+    assert behaviour.difference(first, behaviour.record(run.program, run.config)) is None
 
     target = denoiser._target
     monkeypatch.setattr(denoiser, "_target", lambda *a: 0.5 * target(*a))
-    halved = behaviour.record(run.program, run.argv)
+    halved = behaviour.record(run.program, run.config)
     moved = behaviour.difference({"losses": first["losses"]}, {"losses": halved["losses"]})
     assert moved.startswith("losses[0]")
     monkeypatch.setattr(denoiser, "_target", target)
@@ -149,7 +150,7 @@ def test_the_image_program_records_its_behaviour_and_a_changed_loss_or_judge_mov
         verdict.success[:] = True
         return verdict
     monkeypatch.setattr(judges.ExactJudge, "evaluate", lenient)
-    passed = behaviour.record(run.program, run.argv)
+    passed = behaviour.record(run.program, run.config)
     # 4 training steps: not every image is right, until the judge passes them all.
     assert first["success"] != [1.0, 1.0] and passed["success"] == [1.0, 1.0]
     rest = {k: v for k, v in first.items() if k != "success"}

@@ -99,7 +99,7 @@ def test_the_device_bench_runs_on_the_cpu_and_prices_every_paper_study(capsys):
     assert m["checkpoint"]["bytes"] > 3 * 4 * 3 * 256 * 256  # AdamW's moments and the weights, float32
     studies = {r["study"]: r for r in m["studies"]}
     # Every verify.sgd study (the image study trains no verify.sgd student: its runs are priced
-    # in the README's image section).
+    # in verify/images/study.py's docstring).
     sgd_studies = {n for n in study_names() if study_program(n) == DEFAULT_PROGRAM}
     assert set(studies) == sgd_studies != set(study_names())
     # The paper's task-support sweep: 18 runs of 300k steps of a 4×1024 MLP on 128×16 rows of

@@ -1,5 +1,19 @@
 """The theorem's network: size = formula, certificate ≤ ε, measured ≤ certificate,
-dense = structured; and the checks that show these assertions can fail."""
+dense = structured; and the checks that show these assertions can fail.
+
+The property tests draw random hyperteachers (I, H, O ≤ 6, M ≤ 10, K ≤ min(3, M), every weight
+scheme and encoding, both variants and both constants, ε ∈ [1e-4, 1]) and assert count =
+formula on the built nn.Sequential, certificate ≤ ε, dense = structured to 1e-10 (on and off
+the box) and measured ≤ certificate. The checks that show the assertions can fail: the tiny
+instance reaches ≥ 0.95 of the certificate, so an off-by-one in N is caught; a network checked
+against a perturbed teacher is caught, on the right module; a constant C 20% too small is
+caught. The other constructions' modules (test_exact.py, test_deep.py, test_optimal.py,
+test_multilayer.py) have the same properties and their own catches: `deep` with one tent level
+fewer and `optimal` with every N_ih one smaller measure above ε on the tiny instance; `exact`
+with 10% too small ranges or a dropped weight level errs by > 1e-6; a multi-layer network
+checked against a teacher with a perturbed layer-2 module fails; every N_ih − 1 of `optimal`
+breaks its certificate (the allocation is minimal).
+"""
 
 import dataclasses
 import math

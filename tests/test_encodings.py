@@ -3,6 +3,26 @@
 The paper's encodings are pinned to the facts of its official code
 (smonsays/scale-compositionality, compscale/data/utils.py::make_encode_latent); the
 `_tanh`, `_sparse` and `_fixed_x` variants are this project's own.
+
+What the tests pin, per --encoding (whose: the paper's, or this project's):
+
+- identity (paper): e(z) = z.
+- orthogonal (paper): e(z) = zQᵀ, Q orthogonal.
+- interval_shuffle (paper): a fixed permutation of 10 intervals of [0, 1], offsets kept, 1.0
+  fixed; agrees with the official float32 rule to 3e-7 on the weight levels and 5,000 random
+  weights.
+- tokens (paper): 2M floats, (m + 1, ⌊10·z_m⌋ + M + 1) for every module m; z = (0, .55, 0, 1) at
+  M = 4 gives (1, 5, 2, 10, 3, 5, 4, 15); affine fit back to z: R² = 1.0000.
+- invertible_nn (paper): 3 affine couplings, sigmoid conditioner of width 2M, weights
+  N(0, 1)·0.1, zero biases, scale 0.5·tanh + 1; nearly linear: 1 − R² of an affine fit
+  4–5e-7; exact inverse.
+- fewshot (paper): 50 shots (x, g(x, z)), x fresh for every task and every call.
+- tokens_sparse (this project): only the active modules as (index, weight) pairs padded with
+  (−1, 0), 2K values; affine R² to z 0.09.
+- invertible_nn_tanh (this project): a tanh coupling MLP of width 16; 1 − R² of an affine fit
+  0.03–0.05 (a harder code).
+- fewshot_fixed_x (this project): 8 shots at one x shared by every task (reading a fixed code,
+  not inferring z).
 """
 
 import numpy as np

@@ -1,6 +1,11 @@
 """The task-family interface (verify.learning.families): the hyperteacher moved onto it
 without changing a number, the preference grid's loss and metrics on constructed cases,
-its batches, metric records, and each family's flags refused for the other."""
+its batches, metric records, and each family's flags refused for the other.
+
+The hyperteacher's numbers are pinned to those verify.sgd gave before the interface (a changed
+draw order is caught); acc, acc_all and the masked cross-entropy are checked on constructed
+logits, a fully masked step and episode included.
+"""
 
 import json
 import math

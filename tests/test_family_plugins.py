@@ -67,7 +67,8 @@ def test_every_family_declares_its_command_line_and_reports_consistently(family)
         for other in FAMILIES.values():
             for dest in set(other.settings) - set(family.settings):
                 action = actions[dest]
-                given = [action.option_strings[-1]] + ([] if action.nargs == 0 else [str(action.default)])
+                default = getattr(other.Settings(), dest)
+                given = [action.option_strings[-1]] + ([] if action.nargs == 0 else [str(default)])
                 with pytest.raises(sgd.UsageError, match=f"{given[0]} applies to --family {other.name}"):
                     sgd.parse_args([*_flags(family), *given])
 
@@ -125,10 +126,11 @@ def test_every_family_has_a_paper_default_and_its_preset(family):
         default = family.paper_default()
         assert isinstance(default, family) and default.E > 0 and default.I > 0 and default.O > 0
         args = sgd.parse_args(["--family", family.name, "--paper", "--no-progress"])
+    settings = args.settings()
     for dest, value in family.paper_preset.items():
-        got = args.seeds if dest == "seed" else getattr(args, dest)
+        got = list(args.runtime.seeds) if dest == "seed" else settings[dest]
         assert got == value, dest
-    assert args.widths == family.paper_widths
+    assert list(args.widths) == family.paper_widths
 
 
 def test_the_toy_family_is_refused_until_registered_and_keeps_its_own_refusals(toy, capsys):

@@ -366,7 +366,9 @@ def test_sgd_runs_are_trained_once_and_shared(monkeypatch):
     from paper_figures import sgd_data
 
     calls = []
-    monkeypatch.setattr(verify.learning.sgd, "run", lambda args: calls.append(vars(args)) or dict(rows=[]))
+    monkeypatch.setattr(verify.learning.sgd, "run",
+                        lambda run: calls.append(run.settings() | {"no_progress": run.runtime.no_progress})
+                        or dict(rows=[]))
     sgd_data.clear_cache()
     try:
         p = sgd_data.plan(quick=True, seed=5)

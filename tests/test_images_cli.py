@@ -1,6 +1,9 @@
 """python -m verify.images (train, analyse, report) on tiny models: a trained folder analysed as
 any pipeline reproduces train's own analysis, an SD-like pipeline with the clip judge, the report
-and its correlation, the refusals, and --help."""
+and its correlation, the refusals, and --help. Refused in one line with exit 2 before any work:
+an unknown setup, a folder that is not a text-to-image pipeline, a hub id that is not in the
+local cache while offline, `exact` on an anchor setup, a judge whose package, key or checkpoint
+is missing."""
 
 import json
 import os

@@ -1,6 +1,13 @@
 """The image pipeline on a tiny StableDiffusionPipeline built from configs (no network, no weights
 downloaded): loading, seeds, activations filed under their step, CFG rows, the text encoder's
-entry, the refusals, and the results file."""
+entry, the refusals, and the results file.
+
+Seeds reproduce images bit for bit; each activation is filed under the step that computed it
+(the pipeline's step, cross-checked against the denoiser's timestep); guidance's conditional
+rows are the ones kept; a folder that is not a pipeline, or an uncached hub id offline, is
+refused in one line. The anchor's code, as read, filed each activation one denoising step late
+and its text encoders' outputs under a step that is never kept.
+"""
 
 import json
 

@@ -1,5 +1,9 @@
 """The image experiment as a study (issue 25): the driver runs verify.images.train per grid point,
-fingerprints its own code, and reports the correlation of decodability with held-out success."""
+fingerprints its own code, and reports the correlation of decodability with held-out success.
+
+The correlation's bootstrap interval is checked against Fisher's width, and the ladders'
+effect rule on planted stores; the smoke study runs end to end.
+"""
 
 import json
 import math
@@ -139,7 +143,8 @@ def test_the_study_names_its_program_and_the_driver_resolves_runs_with_that_prog
     assert name == STUDY and study.study_program(STUDY) == "verify.images.train"
     assert {r.program for r in runs} == {"verify.images.train"} and len(runs) == 4
     for r in runs:
-        assert r.config == train.run_config(train.parse_args([*r.argv, "--no-progress"]))
+        assert r.config == train.run_config(train.parse_args([*r.argv, "--no-progress"]))  # the command line
+        assert r.config == train.run_config(train.from_key(r.config))  # and the stored key
         assert r.config["program"] == "verify.images.train" and "out" not in r.config
     assert "--fractions" in runs[0].argv and runs[0].argv[runs[0].argv.index("--fractions") + 1:][:2] == (
         "0.5", "1.0")

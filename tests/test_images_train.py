@@ -1,6 +1,10 @@
 """The controlled experiment's program (verify.images.train) and its denoiser (verify.images.denoiser)
 on the tiny preset: a run end to end, its determinism, its refusals, the saved folder read back
-through pipeline.load and the activation recorder, and one cheap learning check."""
+through pipeline.load and the activation recorder, and one cheap learning check.
+
+The training target is held to what the sampler reads back: an oracle UNet recovers the clean
+image under each prediction type, and a wrong target is caught.
+"""
 
 import json
 import subprocess

@@ -1,6 +1,122 @@
-"""Upper ends that say what they rest on (issue 19, item 5): a solver's answer is an upper end
+r"""Upper ends that say what they rest on (issue 19, item 5): a solver's answer is an upper end
 only when the solver proved it; interval bounds are rounded outward; the instance bound's
-float64 margin covers the distance to the exact (rational) value of its formula."""
+float64 margin covers the distance to the exact (rational) value of its formula.
+
+Mutation testing
+----------------
+The rigorous bounds and their tests are checked with mutmut 3.8.1 (the `dev` extra; configured
+in pyproject.toml under [tool.mutmut]: the five files theory/instance.py, verify/instance.py,
+verify/exact_sup.py, theory/lipschitz.py, theory/bounds.py, and their five test files with -x,
+less the four slowest tests, which cross-check the same bounds by MILP, a 2,000-point grid over
+Z_K and the CLI; a mutant is a timeout past 6 × its tests' time + 6 s of CPU). It is not run in
+CI. Run it in a scratch copy, so that its mutants/ folder stays out of the checkout, on the
+functions that compute or judge a bound. Mutant names are globs; these are the ones run (in
+four batches, about 35 min on two shared cores):
+
+    rm -rf /tmp/mut && mkdir /tmp/mut && git archive HEAD | tar -x -C /tmp/mut && cd /tmp/mut
+    export OMP_NUM_THREADS=1 HYPOTHESIS_PROFILE=ci
+    I=theory.instance.x_; B=theory.bounds.x_; L=theory.lipschitz.x_; V=verify.instance.x_
+    E=verify.exact_sup.x
+    mutmut run --max-children 2 "${I}task_bound*" "${I}box_bound*" "${I}_beta_range*" \
+      "${I}gamma_bound*" "${I}rounding_margin*" "${I}kink_values*" "${I}task_phases*" \
+      "${I}phase_scale*" "${I}beta_*" "${I}product_error*" "${I}phase_slopes*" "${I}input_phases*" \
+      "${B}gamma_*" "${B}certificate_*" "${B}readout_norm*" "${B}top_k_sum*" "${B}instance_C*" \
+      "${B}rounding_floor*" "${B}N_for_eps*" "${L}affine_interval*" "${L}interval_bounds*" \
+      "${L}teacher_z_lipschitz*" "${V}levels_bound*" "${V}zk_bound*" "${V}_level_z*" \
+      "${V}level_tasks*" "${V}add_instance_bound*" "${E}_proven_upper*" "${E}_certified*" \
+      "${E}_judge*" "${E}_relu_rows*" "${E}_pre_bounds*" "${E}_exact_sup*" "${E}ǁMilpǁ__init__*" \
+      "${E}ǁMilpǁsolve*" "${E}ǁProblemǁremainder*" "${E}ǁProblemǁsolve_cell*"
+    mutmut results
+
+Not run: phase_form_error and guided_search (the lower end), network_lipschitz (used by tests
+only), and the sizes, CLI and text of bounds.py and exact_sup.py.
+
+Mutants tried, then killed (⏰: timeouts, counted apart) and surviving; "after" is with the
+tests added for the survivors (in tests/test_budgeted_bounds.py, test_rigorous_ends.py,
+test_instance_bound.py, test_theory.py), whose 127 targets were rerun by name: 126 killed,
+1 timeout (`refined = 1` in levels_bound, which loops to the deadline):
+
+    file (what)                                            tried  killed  ⏰   surviving  surviving after
+    theory/instance.py (all but phase_form_error)            433     372   10      51  15, all equivalent
+    theory/bounds.py (γ_n, certificate, readout norm,        153     121    0      32  7, all equivalent
+      top-K, instance C, N(ε), rounding floor)                                          (N_for_eps 6)
+    verify/instance.py (levels_bound, zk_bound,              616     467    4     145  87, none changes
+      level_tasks, _level_z)                                                            a bound
+    verify/instance.py add_instance_bound                    279       —    —     279  13, none changes a
+      (no test in the selection reached it)                                             bound or a check
+    verify/exact_sup.py (MILP, bounds, remainder,            484     356   39      89  48, all equivalent
+      checks, exact_sup)                                                                (exact_sup 13,
+                                                                                        Milp.__init__ 7)
+    theory/lipschitz.py (affine_interval,                    245      67  117      61  22: 14 equivalent,
+      interval_bounds, teacher_z_lipschitz)                                             8 rounding-level
+                                                                                        pads (below)
+
+A second round took the 114 survivors left unexamined above and the 279 mutants of
+add_instance_bound (reached now by test_add_instance_bound_* in test_instance_bound.py: a tiny
+teacher, no time budget, every report field against zk_bound, levels_bound and guided_search
+called alone, the checks True at equality and False one step past it). Tests added:
+teacher_z_lipschitz against its docstring formula in rationals (above it by (1 − γ_n)(1 +
+γ_{n+2}), below it by 1e-12 relative), the γ_n counts its comment derives, and a unit live by
+2⁻⁵⁴ (test_rigorous_ends.py); a ReLU stable at an exact 0 and a readout bias in Milp, branch
+and bound with max_cells = 7 checked against a 201² grid, the task set asked for
+(test_exact_sup.py); N_for_eps at ε = each certificate value and one ulp either side against
+counting (test_theory.py). All rerun by name (twice: 5 more assertions killed the last 5 that
+changed a reported value):
+
+    function                                  tried  before: killed  ⏰  surviving  now: killed  ⏰  surviving
+    theory/lipschitz.py teacher_z_lipschitz     157               8  95         54           38   0         16
+    theory/bounds.py N_for_eps                   49              37   0         12            6   0          6
+    verify/exact_sup.py exact_sup               126              88   3         35           20   2         13
+    verify/exact_sup.py Milp.__init__           119             104   2         13            6   0          7
+    verify/instance.py add_instance_bound       279               —   —        279          265   1         13
+
+Not killed, and not equivalent in general: 8 of teacher_z_lipschitz's outward steps on the
+pre-activation ends (the pad dropped: `size - …`, `np.where(None, …)` twice, `pad > 1` twice;
+`γ / size`; `pre_lo + pad`; `nextafter(…, +inf)` on pre_lo). They change Lg only through
+float64 rounding of the corner sums, and on every instance tried affine_interval's own pad on
+q (γ_{2n+4} of the same terms) already covers that rounding; a support with |S| > 2n + 2 could
+need the pre-activation pad, and no test builds such a case yet.
+
+The survivors left, by kind (each checked by hand; "looser" means a bound that is still an
+upper bound, only larger):
+- Same value in numpy 2.4: `reshape(…, -2)` is -1 (task_phases, phase_scale, instance_C,
+  zk_bound); take_along_axis without axis is the last axis; `axis=+2` is -2 for the 4-D kink
+  array; `dtype=None` for int64 combinations; einsum letters in capitals; `task_t[r:r + 2]` in
+  levels_bound (only the first entry is read); `r2[y] = 1` for `+= 1` on a zero entry
+  (relu_rows).
+- Same value mod 1: the θ grid shifted by one step (box_bound, `(k ∓ 0.5)/G`, `(k + 1.5)/G`);
+  input_phases shifted by N (β is 1-periodic, N an integer).
+- Unreachable: gamma_bound's last return (the loop returns once its frontier is empty, always
+  by depth H); a MILP with no point found (Milp.solve's first return).
+- Batching only: TASK_ROWS/BOX_ROWS chunk sizes and slices that recompute rows; `range(K + 1)`
+  (no support of size 0).
+- Search order or pruning at equality: gamma_bound's branching order and >= for > (same
+  maximum), levels_bound's >= in its loop and its dropped `above=` (same max), zk_bound's
+  choice of axis and of which boxes to split, solve_cell's < for ≤ and ties, break for
+  continue (a cell keeps the bound of its parent, which holds).
+- Looser: larger margins or pads (γ_3 for γ_2 in the z-remainder, γ_{3n+4}/γ_{2n+5} in
+  affine_interval, one ulp outward at an exact 0), `max(hi, 1)` in interval_bounds, a larger or
+  mis-centred split that still covers its box (zk_bound's mid), gamma_bound stopping at a
+  frontier of exactly the cap, HiGHS's own default tolerances or no time limit (its dual bound
+  is still a proof), an LP answered as not proven; the defaults grid=257, seconds=31, keep=9,
+  split_batch=257 (all sound settings).
+- Second round (teacher_z_lipschitz, N_for_eps, exact_sup, Milp.__init__, add_instance_bound):
+  `zip(…, strict=…)` dropped or False (the lists have equal lengths); size starting at 1 or
+  maxed over all axes, `pad >= 0`, `pre_hi >= 0` for live (looser: one more ulp or one more
+  live unit); N_for_eps starting at 2, a fifth round, `N > 2`, steps of 2 (the next round
+  steps back; N = 2 with certificate(1) ≤ ε cannot come from a monotone division) and the text
+  of its unreachable error; exact_sup's defaults (grid, max_cells, rel_tol, abs_tol,
+  time_limit: sound settings), the per-MILP limit left to Problem's default, the
+  stopping/skipping target moved (a cell keeps its parent's proven bound), >= at ties; Milp's
+  larger scratch arrays (cut to n), `lo > 0` for the constant (an end is exactly 0 only when
+  every term is, so p = 0), a binary for a unit with hi = 0 (y ≤ hi = 0), a ≤ 2 (a = 2 makes
+  y ≤ pre + lo < pre ≤ y infeasible); add_instance_bound's progress flags and phase label, the
+  -2.0 of an unused no-levels result (the measured task's search returns an error ≥ 0), max
+  without its key (tuples compare by the error first).
+- No bound: progress bars, warning filters, the objective value Milp.solve returns (callers
+  score the point on the network), refined_exact at `unreached == best`, np.clip guards on a
+  solver point that lies in its bounds, stable-sort ties in levels_bound's order.
+"""
 
 import itertools
 import math

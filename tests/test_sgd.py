@@ -367,15 +367,15 @@ def test_force_replaces_a_previous_save(capsys, tmp_path):
 
 def test_paper_preset_sets_the_papers_sizes_and_explicit_flags_override_it():
     args = sgd.parse_args(["--paper"])
-    assert (args.I, args.H, args.O, args.M, args.K) == (16, 16, 16, 16, 3)
-    assert args.shapes == ["custom"] and args.widths == [1024] * 4 and args.steps == 300_000
-    assert (args.tasks_per_batch, args.samples_per_task, args.seeds) == (128, 16, [1, 2, 3])
-    assert (args.eval_tasks, args.eval_samples) == (1024, 16)
+    assert (args.task.I, args.task.H, args.task.O, args.M, args.K) == (16, 16, 16, 16, 3)
+    assert args.shapes == ("custom",) and args.widths == (1024,) * 4 and args.steps == 300_000
+    assert (args.tasks_per_batch, args.task.samples_per_task, args.runtime.seeds) == (128, 16, (1, 2, 3))
+    assert (args.eval_tasks, args.task.eval_samples) == (1024, 16)
     assert (args.init, args.decay) == ("lecun_normal", "matrices")
     args = sgd.parse_args(["--paper", "--steps", "20", "--M", "12"])
-    assert args.steps == 20 and args.M == 12 and args.widths == [1024] * 4
-    assert sgd.parse_args(["--paper", "--widths", "8", "8"]).widths == [8, 8]
-    assert sgd.parse_args(["--paper", "--shapes", "matched"]).shapes == ["matched"]  # preset widths unused
+    assert args.steps == 20 and args.M == 12 and args.widths == (1024,) * 4
+    assert sgd.parse_args(["--paper", "--widths", "8", "8"]).widths == (8, 8)
+    assert sgd.parse_args(["--paper", "--shapes", "matched"]).widths is None  # preset widths unused
     assert sgd.parse_args([]).M == 8  # the preset does not leak into later parses
     assert sgd.parse_args([]).widths is None
 

@@ -3,6 +3,24 @@
 The paper's kinds are pinned against the official code (smonsays/scale-compositionality,
 compscale/data/utils.py: split_module_combinations) at its teacher, M = 16, K = 3, held-out
 fraction 0.25 (696 supports); this project's own variants keep their old tests.
+
+What the tests pin, per --split at M = 16, K = 3, held-out fraction 0.25 (696 supports of 1..K
+modules; train / held out):
+
+- random (default, paper): 522 / 174; int(f·S) held out (truncated), training covers and
+  connects every module.
+- equal (paper): 522 / 174; every module's training count within one of the others' (91 each).
+- pseudo_random_disconnected (paper): 523 / 173; blocks {0} and {1..15} never meet in training
+  (all 120 mixing supports held out).
+- non_compositional (alias missing-module, paper): 575 / 121; module M − 1 never trains.
+- popular_modules (alias popular-modules, paper): 522 / 174; 6 popular modules; training is
+  every support holding one of them (+ one to fill the quota).
+- unpopular_modules (alias rare-modules, paper): 522 / 174; rare modules 14 and 15 train in 52
+  and 1 supports; every core-only support trains.
+- popular-modules-half (this project): 462 / 234; the first M//8 modules popular, half the
+  other supports held out.
+- rare-modules-fraction (this project): 376 / 320; two rare modules in 12 training supports
+  each, 25% of the others held out.
 """
 
 import json

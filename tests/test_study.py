@@ -1,4 +1,10 @@
-"""python -m verify.study: study files, the SQLite store, engines, resumption and the effects table."""
+"""python -m verify.study: study files, the SQLite store, engines, resumption and the effects table.
+
+Studies run serially and through a local Ray cluster; a driver killed with SIGKILL mid-study
+leaves a store that passes SQLite's integrity check, and the next invocation runs only the
+missing runs; a failing run is stored as failed; Ctrl-C interrupts a run; bad grid files are
+refused.
+"""
 
 import json
 import os

@@ -156,7 +156,7 @@ def test_a_hyperteacher_run_keeps_the_key_it_had_before_there_were_families(tmp_
 def test_the_committed_stores_made_before_the_families_keep_their_keys():
     """The committed cpu stores' runs of unknown code were stored before runs recorded their
     code, and so before the families: each such configuration (which has no `family` and no
-    preference setting), resolved again through verify.sgd's parser as a grid point, gives back
+    preference setting), resolved again by verify.sgd as a grid point (config_of), gives back
     the key the code of that time stored it under. Every other stored run does too, but for
     preference runs with more modules than feature types (M > F), which today's code refuses
     without --allow-M-above-F (the official constraint, issue 32): those must be refused for
@@ -169,16 +169,16 @@ def test_the_committed_stores_made_before_the_families_keep_their_keys():
             config = r["config"]
             if config.get("program", study.DEFAULT_PROGRAM) != study.DEFAULT_PROGRAM:
                 continue  # another program's store (image-composition): tests/test_images_study.py
-            argv = study.program_argv({k: v for k, v in config.items() if v is not None})
             if config.get("family") == "preference" and config["M"] > config["F"] \
                     and not config.get("allow_M_above_F"):
                 with pytest.raises(study.UsageError, match="requires M ≤ F"):
-                    sgd.parse_args([*argv, "--no-progress"])
+                    sgd.config_of(config)
                 name = store_path.parent.parent.name
                 assert r["key"] not in {run.key for run in study.expand(name, "cpu")[1]}, store_path
                 continue
-            resolved = sgd.run_config(sgd.parse_args([*argv, "--no-progress"]))
+            resolved = sgd.run_config(sgd.config_of(config))  # the configuration as a grid point
             assert (resolved, config_key(resolved)) == (config, r["key"]), store_path
+            assert sgd.from_key(config).key() == config  # and as a stored key, replayed
             if r["code_fingerprint"] is None:
                 assert "family" not in config and not PREFERENCE_DESTS & set(config), store_path
                 before_families += 1
@@ -244,7 +244,7 @@ def test_more_modules_than_feature_types_is_a_named_deviation_in_the_config_and_
     assert [r.key for r in study.expand(off, "paper")[1]] == [r.key for r in study.expand(
         preference_study(tmp_path), "paper")[1]]
     bad = preference_study(tmp_path, "  allow_M_above_F: {value: 1}\n", "bad.yaml")
-    with pytest.raises(study.UsageError, match="is a switch"):
+    with pytest.raises(study.UsageError, match="a switch is true or false, not 1"):
         study.expand(bad, "paper")
 
 

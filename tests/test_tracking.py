@@ -183,9 +183,8 @@ def test_an_image_run_logs_the_denoisers_curve_and_its_scores(tmp_path):
     success and the best layer's probe F1 as the report has them."""
     pytest.importorskip("tensorboard")
     pytest.importorskip("diffusers")
-    from verify.images import train
-
     from tests.test_images_train import TINY as IMAGE_TINY
+    from verify.images import train
 
     args = train.parse_args([*IMAGE_TINY, "--steps", "4", "--seed", "3", "--out", str(tmp_path / "run"),
                              "--log", "tensorboard", str(tmp_path / "tb"), "--log-group", "g"])
@@ -207,7 +206,8 @@ def test_a_wrong_log_flag_of_the_image_program_gets_one_line_and_exit_2(tmp_path
 
     assert train.main(["--log-group", "g", "--out", str(tmp_path / "never")]) == 2
     err = capsys.readouterr().err
-    assert "--log-group applies to --log" in err and err.count("\n") == 1 and not (tmp_path / "never").exists()
+    assert "--log-group applies to --log" in err and err.count("\n") == 1
+    assert not (tmp_path / "never").exists()
 
 
 def test_log_is_refused_for_a_study_whose_program_does_not_track(capsys):

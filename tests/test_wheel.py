@@ -7,6 +7,31 @@ environment's dependencies (torch, numpy, ...) through a path file, so the test 
 nothing; a path file's folders are plain sys.path entries, so this environment's editable
 install of the project (its own .pth finder) does not come along: the project is imported
 from the wheel or not at all.
+
+What it runs from a folder outside the checkout: `verify.bound --help`, a small `verify.bound`,
+a sweep, a smoke study and a figure, checking that nothing was written into the installed
+package. Outputs never go there: `verify.sweep` writes `sweep_out/`, `verify.study run`
+`verify/studies/results/STUDY/SCALE/` and `paper_figures` `paper_figures/output/` (or
+`preview/`), each relative to the working folder (`--out` chooses another), so in the
+checkout's root they are the committed folders and anywhere else new ones. The editable
+install puts the checkout itself on sys.path (`package-dir` in pyproject.toml), so those
+folders, made in any other working folder, never hide the packages (tests/test_study.py runs
+the commands from such a folder). Every subpackage and the committed cpu-scale study stores
+ship in the wheel.
+
+By hand, with the dependencies installed from the registry (35 s in all on the
+project's 2-core machine):
+
+    $ pip wheel -q --no-deps -w /tmp/dist . && python3 -m venv /tmp/w
+    $ /tmp/w/bin/pip install -q torch==2.13.0 /tmp/dist/compgen_bound-0.1.0-py3-none-any.whl
+    $ cd /tmp
+    $ /tmp/w/bin/python -m verify.bound --M 4 --K 2 --I 2 --H 2 --O 2 --eps 1e-2 | sed -n '9p;15,19p'
+                  widths          = (276, 2) counted on the nn.Sequential
+    PASS          certificate <= eps
+    PASS          measured <= certificate
+    PASS          count = formula
+    PASS          dense = structured
+    verdict       PASS  (0.8 s, peak memory 0.33 GiB)
 """
 
 from __future__ import annotations

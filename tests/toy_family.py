@@ -4,6 +4,7 @@ It touches no project file: this module and one `register` call are all it takes
 
 from __future__ import annotations
 
+from dataclasses import dataclass, fields
 from typing import ClassVar
 
 import numpy as np
@@ -11,15 +12,31 @@ import torch
 
 from verify.cli import UsageError, positive_int
 from verify.learning.families import Batch, TaskFamily
+from verify.learning.families.base import setting
 from verify.learning.families.draw import TaskDraw, encode_on, eval_latents
 from verify.learning.records import Metric
+
+
+@dataclass(frozen=True)
+class LinearSettings:
+    D: int = setting(2, positive_int)  # input and output size
+    rows: int = setting(8, positive_int)  # samples per task
+
+    @property
+    def samples_per_task(self) -> int:
+        return self.rows
+
+    @property
+    def eval_samples(self) -> int:
+        return self.rows
 
 
 class LinearFamily(TaskFamily):
     """Linear regression: y = (Σ_m z_m W_m) x, scored by R² and MSE"""
 
     name = "linear"
-    settings = ("D", "rows")
+    Settings = LinearSettings
+    settings = tuple(f.name for f in fields(LinearSettings))
     optimiser: ClassVar[dict] = dict(lr=1e-2, weight_decay=0.0)
     paper_preset: ClassVar[dict] = dict(M=8, K=2, D=4, steps=2000)
     paper_widths: ClassVar[list[int]] = [64]
@@ -44,17 +61,17 @@ class LinearFamily(TaskFamily):
 
     @classmethod
     def add_flags(cls, parser):
-        parser.add_argument("--D", type=positive_int, default=2, help="linear: input and output size")
-        parser.add_argument("--rows", type=positive_int, default=8, help="linear: samples per task")
+        parser.add_argument("--D", type=positive_int, help="linear: input and output size (default 2)")
+        parser.add_argument("--rows", type=positive_int, help="linear: samples per task (default 8)")
 
     @classmethod
-    def validate(cls, args):
-        if args.encoding.startswith("fewshot"):
-            raise UsageError(f"--encoding {args.encoding}: the linear family shows no examples")
+    def validate(cls, run):
+        if run.encoding.startswith("fewshot"):
+            raise UsageError(f"--encoding {run.encoding}: the linear family shows no examples")
 
     @classmethod
-    def from_args(cls, args):
-        return cls(args.M, args.K, args.D, args.rows, args.encoding, args.weights, args.seed)
+    def from_run(cls, run):
+        return cls(run.M, run.K, run.task.D, run.task.rows, run.encoding, run.weights, run.seed)
 
     @classmethod
     def paper_default(cls):

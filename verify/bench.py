@@ -200,7 +200,27 @@ def ray_overhead(study: str = "task-support") -> dict:
 
 
 def measure(args) -> tuple[list[dict], dict]:
-    """The rows of the table, and the forward-speed details."""
+    """The rows of the table, and the forward-speed details.
+
+    The table on the project's idle 2-core machine (~2 min), value against target: verify.bound
+    --M 32 --eps 1e-3, 5.92 s ≤ 10; dense ÷ structured forward (batch 2048, 177,712 units),
+    170.15× ≥ 20; verify.bound --construction deep --eps 1e-6, 33.00 s ≤ 60; shallow ÷ deep
+    units (5,613,104 / 14,560), 385.52× ≥ 100; verify.bound --M 1024 --eps 1e-5, 16.93 s ≤ 60
+    at 0.90 GiB ≤ 4; the training step's model ÷ GEMM FLOP/s 0.80 ≥ 0.5, its batch's share
+    0.01 ≤ 0.1; the preference grid's batch share 0.05 ≤ 0.1; Ray's overhead 0.02 ≤ 0.05 of a
+    150 s run (dense vs structured max |diff| 3.1e-14; dense 5122.9 ms, structured 30.11 ms).
+
+    What the rows showed on that machine: the
+    paper's training step (a 4×1024 MLP, 128 tasks × 16 samples) reached 0.80 of a plain float32
+    GEMM's FLOP/s of the same width measured in the same run, and making its batch (supports,
+    weights, x and the teacher's targets, in torch where training runs) took 1% of the step; at
+    0.27 s a step, one paper-scale run (300k steps) is ~23 hours there. The preference grid's
+    paper step (a 2×1024 MLP on 128 demonstrated episodes): value iteration, rollout and
+    observations for the batch took 5% of the 102 ms step (4.6% of a 108 ms step in another
+    run). The Ray line runs the task-support smoke study serially and on a one-worker local
+    cluster: Ray's 6.4 extra seconds (start-up included) over 2 runs is ≤ 2% of a 150 s
+    cpu-scale run. The forward speed-up varies between runs on a shared machine (107–172× when
+    busy, 170–390× idle)."""
     progress, threads = False if args.no_progress else None, args.threads
     rows = []
     with cli.phase("verify.bound --M 32 --eps 1e-3", progress):
@@ -312,13 +332,13 @@ def study_flops() -> list[dict]:
             shape = tuple(sorted((k, str(v)) for k, v in c.items()
                                  if k not in ("seed", "split", "held_out", "steps")))
             if shape not in cache:
-                args = sgd.parse_args(list(run.argv))
+                args = sgd.from_key(run.config)
                 family = sgd.make_family(args)
                 matched = set(args.shapes) & {"matched", "balanced", "balanced4"}
                 reference = family.reference_for(args) if matched else None
                 with torch.device("meta"):
                     students = sgd.build_students(args, family, reference.widths if reference else [])
-                P = family.rows_per_task(getattr(args, "samples_per_task", 0))
+                P = family.rows_per_task(args.task.samples_per_task)
                 cache[shape] = sum(step_macs(net, args.tasks_per_batch, P) for net, _ in students.values())
             flops += 2 * cache[shape] * c["steps"]
             steps += c["steps"]
@@ -357,6 +377,34 @@ def device_measure(args) -> dict:
 
 
 def format_device(m: dict, assume_tflops: float | None) -> str:
+    """The --device report. On the project's 2-core CPU (busy with a study while it ran; no GPU
+    has been lent to this project yet), with a GPU's rate assumed at 250 TFLOP/s achieved, half
+    an H100/H200's dense TF32 peak (≈ 495 TFLOP/s), which is what the packed target would give:
+
+        $ python -m verify.bench --device cpu --pack 4 --assume-tflops 250
+        training on cpu (fp32)
+        dense GEMM 2048³, float32: 0.17 TFLOP/s
+
+        the paper MLP step, 1024×1024×1024×1024, 2,048 rows       step    per run   TFLOP/s  / GEMM   data
+          alone                                       305.52 ms  305.52 ms     0.128    0.76   0.6%
+          packed ×4                                  1455.97 ms  363.99 ms     0.108    0.64   0.5%
+        checkpoint of one run (38 MB): 0.06 s, 0.011% of wall time at one every 10 min
+
+        paper-scale studies at the best measured rate (0.128 TFLOP/s) and at 250 TFLOP/s assumed:
+          study                        runs      PFLOP  device-hours  at assumed
+          scaling-data                  576     6792.6       14684.0         7.5
+          scaling-data-preference       504    25826.9       55831.7        28.7
+          scaling-law                  2700    32801.8       70909.7        36.4
+          scaling-law-preference       2394   150621.5      325608.1       167.4
+          scaling-model                 180     1648.6        3563.9         1.8
+          scaling-model-preference      240     8229.1       17789.4         9.1
+          size-matched                   27    23840.9       51538.3        26.5
+          task-support                   18      212.0         458.3         0.2
+          task-support-preference        18      654.7        1415.3         0.7
+
+    So at the target rate these nine paper-scale studies are about 280 GPU-hours, 60% of it the
+    preference grid's scaling-law sweep (2,394 runs of 3M steps); the hyperteacher's
+    task-support sweep is 12 GPU-minutes. At this CPU's rate the same work is ~540,000 hours."""
     sp = m["speed"]
     how = ", ".join([sp["precision"], *["compiled"] * sp["compile"], *["fused AdamW"] * sp["fused"]])
     step_label = f"the paper MLP step, {'×'.join(map(str, m['steps'][0]['widths']))}, 2,048 rows"

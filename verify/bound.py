@@ -29,7 +29,7 @@ from verify.names import INSTANCE_BOUND_CONSTRUCTIONS, MAX_TASKS
 MAX_LAYERS = 8
 # Threads pay off once each input row carries I·H ≥ 64 products (the default I = H = 16:
 # 1.5× faster on two idle cores); below that, and on busy cores, one thread is faster
-# (README, "Threads").
+# (verify/cli.py's docstring, "Threads").
 THREADS_PAY_PRODUCTS = 64
 
 
@@ -136,8 +136,17 @@ def run(args) -> tuple[dict, object]:
 
 
 def save(out: Path, report: dict, teacher, dense_net) -> None:
-    """Each file is written under a temporary name and renamed when complete; report.json
-    comes last, so a folder that holds it holds all three."""
+    """`--save DIR`: three files, each written under a temporary name and renamed when
+    complete; report.json comes last, so a folder that holds it holds all three.
+
+    - teacher.npz: arrays W (M,I,H), b (M,H), A (H,O), scalar K, `weights` (the weight scheme's
+      name), `weight_values` (the levels a weight takes), `encoding` (its name), and Q (M,M) for
+      the orthogonal encoding. A multi-layer teacher (--layers L) stores W1, b1, …, WL, bL
+      instead of W, b, and L;
+    - network.pt: the state_dict of the nn.Sequential Linear, ReLU, Linear, ReLU, Linear (more
+      blocks for the deeper constructions; report.json's hidden_units.widths rebuild it), whose
+      layers compute y = x @ weight.T + bias on the input [e(z), x];
+    - report.json: the --json report."""
     import torch
 
     with cli.atomic_path(out / "teacher.npz") as tmp:

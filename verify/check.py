@@ -2,6 +2,26 @@
 `verify_point`, the library behind `python -m verify.bound`, `verify.sweep` and the
 figures. Sizes are checked before anything is allocated; what cannot fit, or cannot be
 resolved in float64, raises UsageError with what it would need.
+
+The refusals, as `verify.bound` prints them (one line, exit 2, before any work):
+- `--eps 1e-300`: "ε=1e-300 would need about 1.1e+151 knots per square, more than 2^40: no
+  network of that size can be built or checked; use a larger ε";
+- `--eps 1e-16`: "ε=1e-16 is below what float64 can verify here: the worst-case rounding
+  error 1.4e-11 of this 561,274,742,832-unit network exceeds a tenth of the certificate
+  1.0e-16; use a larger --eps";
+- `--M 100000`: "the teacher and the structured evaluator would need 42.8 GiB but 22.8 GiB is
+  available; use a smaller --M, --I or --H (or fewer --max-tasks)";
+- `--M 1024 --eps 1e-5 --dense`: "--dense (the dense network and a batch of its activations)
+  would need 339.2 GiB but 22.8 GiB is available; use a larger --eps or a smaller --M, --I
+  or --H".
+
+Numbers: everything is float64. An ε whose certificate would sit within 10× of the worst-case
+float64 rounding error of the evaluation (the γ_n bound, reported as "float64 rounding") is
+refused, and the check "measured ≤ certificate" allows exactly that rounding. float32 is not
+good enough for this construction below ε ≈ 1e-4 at I = H = 16: the dense network's layer-2
+sums have 2·I·N terms of size O(C), and measured in float32 its error was 2.9e-5 at ε = 1e-4
+(float64: 2.4e-5), 1.5e-5 at ε = 1e-5 (above the certificate) and 2.7e-5 at ε = 1e-6:
+rounding, not approximation.
 """
 
 from __future__ import annotations

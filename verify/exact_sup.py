@@ -340,7 +340,27 @@ def exact_sup(net, teacher, *, grid: int = 4, max_cells: int = 64, rel_tol: floa
     (see the module docstring). `grid`: cells per weight axis to start with (Z_K, continuous);
     `max_cells`: how many cells branch and bound may solve in all; it stops refining once
     upper ≤ lower·(1 + rel_tol) + abs_tol. `time_limit`: seconds per MILP. `task_set`:
-    "levels" or "Z_K" instead of the construction's own."""
+    "levels" or "Z_K" instead of the construction's own.
+
+    Measured ÷ exact on small instances (--grid 4 --rel-tol 1e-2 --time-limit 5 --max-cells 64;
+    every MILP proven optimal; "÷ lower" > 1 means that the measurer's continuous search over z
+    found more than the MILP's cells):
+
+        instance                                               construction  exact [lower, upper]   ÷ lower
+        --M 1 --K 1 --I 1 --H 1 --O 1 --weights continuous     shallow       [4.147e-2, 1.438e-1]   1.000
+          --eps 0.05                                           optimal       [4.102e-2, 1.403e-1]   0.994
+                                                               deep          [1.620e-2, 2.244e-1]   0.991
+        --M 2 --K 2 --I 1 --H 1 --O 1 --weights khot           shallow       [9.163e-2, 7.717e-1]   0.995
+          --eps 0.1                                            optimal       [8.609e-2, 7.717e-1]   1.000
+        --M 2 --K 1 --I 2 --H 1 --O 2 --encoding orthogonal    optimal       [9.967e-2, 5.718e-1]   1.000
+          --eps 0.1
+        --M 2 --K 1 --I 1 --H 2 --O 1 --eps 0.05               exact (levels) [1.4e-15, 1.4e-15]    —
+    (the exact construction's [1.4e-15, 1.4e-15] is float64 rounding)
+
+    Over Z_K the upper end stays wide at these budgets, because the z-remainder is first order in
+    the cell width. On the one-neuron instance it closes as about 1/cells: 10.9× at 16 cells,
+    1.6× at 256 and 1.08× at 1,024 (114 s), where the lower end equals the certificate.
+    `verify.bound --bound instance` closes the same bracket faster on those instances."""
     start = time.perf_counter()
     prob = Problem(net, teacher, time_limit)
     boxes, on_levels = task_boxes(net, teacher, task_set)
@@ -523,7 +543,7 @@ def format_report(r: dict) -> str:
 
 
 def work(args) -> int:
-    cli.set_threads(args.threads, 1)  # small networks: one thread is fastest (README, "Threads")
+    cli.set_threads(args.threads, 1)  # small networks: one thread is fastest (verify/cli.py)
     report = run(args)
     cli.emit(cli.to_json(report) if args.json else format_report(report))
     return cli.EXIT_OK if report["passed"] else cli.EXIT_VIOLATED

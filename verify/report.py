@@ -1,5 +1,38 @@
 """The text report of `python -m verify.bound`, from verify_point's JSON report: the teacher,
-the construction's own lines (Construction.report_lines), the measurement, the checks."""
+the construction's own lines (Construction.report_lines), the measurement, the checks.
+
+What its lines say (the README shows the default run's report):
+- N, the knots of the piecewise-linear square; N·√ε tends to the constant √(I·C·a), so the
+  size is 2·I·H·√(I·C·a)/√ε + M + H = O(1/√ε + M);
+- certificate I·C·a/N²: a proven bound on the sup over x ∈ [-1,1]^I and all K-sparse
+  z ∈ [0,1]^M of ‖f − g‖∞, ≤ ε by the choice of N;
+- measured: a lower estimate of that sup (verify/measure.py's four stages). It is the error at a
+  real point of X × Z_K, so it can never exceed the certificate: 0.26 of it on the default
+  instance, 0.99–1.00 on the one-neuron instance (I = H = O = M = K = 1), where the certificate
+  is tight;
+- widths and `count = formula` are counted on the built nn.Sequential (the out features of its
+  Linear layers), and `dense check` shows that this network computes the structured evaluator's
+  function. Where the dense network is too large to build (above 512 MB, or with --save or
+  --dense as asked), the report says the widths are the formula's and prints
+  `NOT CHECKED  count = formula`: a formula compared with itself cannot fail. The JSON's
+  hidden_units.counted_from is "nn.Sequential" or "formula".
+
+Large sizes go through the structured evaluator, which computes the same function as the dense
+MLP without its (2IHN + M) × (M + I) first layer. Real output (lines cut at …):
+
+    $ python -m verify.bound --M 1024 --eps 1e-5
+    ...
+    N             3,467 = ⌈√(I·C·a/ε)⌉     N·√ε = 10.964 (→ √(I·C·a) = 10.962)
+    hidden units  squares 2·I·H·N = 1,775,104
+                  carry M         = 1,024
+                  widths          = (1776128, 16) from the formula: the nn.Sequential (14.0 GiB) …
+    certificate   I·C·a/N² = 9.998e-06   (float64 rounding ≤ 2.3e-10)
+    measured      sup‖f−g‖∞ = 2.353e-06  = 0.235 × certificate   (20,000 sampled of 178,957,824 …
+    PASS          certificate <= eps
+    PASS          measured <= certificate
+    NOT CHECKED   count = formula (no nn.Sequential was built to count on)
+    verdict       PASS  (16.5 s, peak memory 0.89 GiB)
+"""
 
 from __future__ import annotations
 

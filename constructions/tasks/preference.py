@@ -39,6 +39,20 @@ Usage:
 
 For n = 128 episodes demonstrate() takes about 2.7 ms on one CPU thread (F = 32 or 16), some 3% of
 a training step of a 2×1024 MLP on their 1024 rows.
+
+With PreferenceConfig(M=16, F=32, K=3, seed=0), two starts from torch.Generator().manual_seed(1)
+and the 3-hot task above, demo.actions (0 NOTHING, 1 UP, 2 RIGHT, 3 DOWN, 4 LEFT) is
+[[4, 1, 2, 1, 2, 2, 3, 0], [2, 2, 3, 3, 1, 1, 1, 2]], every mask entry True, the observations
+(2, 8, 1666), and grid.object_rewards(starts.features, z) is [[1.9803, 0.5605, -0.0867, 1.5845],
+[1.2407, 0.6741, 0.5605, 1.9803]].
+
+verify.sgd --family preference trains the paper's students unchanged: the MLP reads [e(z), o_t]
+for each step, the transformer the sequence [z, o_1 … o_8], as compscale/model/policy.py builds
+them. There is no construction to compare with, so it reports the students alone (and exits 0
+unless it fails). Its --paper is configs/preference.py: M = 16, K = 3, F = 32, a 2×1024 MLP, 3M
+steps of 128 episodes, AdamW lr 1e-4, weight decay 1e-3, seeds 1 2 3. `fewshot` is refused for
+this family with one line: it shows a task by examples of the teacher's outputs, which the grid
+does not have (the official code raises there too).
 """
 
 from __future__ import annotations

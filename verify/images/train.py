@@ -212,6 +212,32 @@ def run_config(args) -> dict:
     return {"program": PROGRAM, **config}
 
 
+# --- a study's run (verify.studies.interfaces.StudyProgram) ---------------------------------
+
+def config_of(params: dict):
+    """The run of a study's grid point (its parameters by flag destination)."""
+    return parse_args(_argv_of(params, None))
+
+
+def from_key(config: dict, place: cli.RunPlace | None = None):
+    """The run a stored key stands for, to run at `place` (its saved pipeline in the run's
+    folder), or, with no place, to replay."""
+    dests = {a.dest for a in _parser()._actions}
+    return parse_args(_argv_of({k: v for k, v in config.items() if k in dests and v is not None}, place))
+
+
+def _argv_of(settings: dict, place: cli.RunPlace | None) -> list[str]:
+    try:
+        return [*cli.argv_of(_parser(), settings), *cli.place_flags(place, "--out")]
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+
+
+def command_line(args) -> list[str]:
+    """The flags that reproduce the run `args`."""
+    return cli.argv_of(_parser(), {k: v for k, v in run_config(args).items() if k != "program"})
+
+
 # --- the run -----------------------------------------------------------------------------------
 
 def _split(scene, n_train: int, seed: int):

@@ -163,12 +163,37 @@ def own_parameters(params: dict) -> dict:
     return {k: v for k, v in params.items() if method in APPLIES.get(k, METHODS)}
 
 
+def config_of(params: dict):
+    """The run of a study's grid point (its parameters by flag destination)."""
+    return parse_args(_argv_of(own_parameters(params), None))
+
+
+def from_key(config: dict, place: cli.RunPlace | None = None):
+    """The run a stored key stands for, to run at `place` (its files in the run's folder), or,
+    with no place, to replay."""
+    return parse_args(_argv_of({k: v for k, v in config.items() if v is not None}, place))
+
+
+def _argv_of(settings: dict, place: cli.RunPlace | None) -> list[str]:
+    try:
+        return [*cli.argv_of(build_parser(), settings), *cli.place_flags(place, "--save")]
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+
+
+def command_line(args) -> list[str]:
+    """The flags that reproduce the run `args`."""
+    return cli.argv_of(build_parser(), {k: v for k, v in run_config(args).items() if v is not None})
+
+
 # ----------------------------------------------------------------------------- one run
 
 def _family_and_split(args):
     from verify.learning.sgd import split_of
 
-    return HyperteacherFamily.from_args(args), split_of(args)
+    family = HyperteacherFamily.of(args.I, args.H, args.O, args.M, args.K, args.weights, args.encoding,
+                                   args.seed)
+    return family, split_of(args)
 
 
 def _sides(args, family, split) -> dict:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import functools
 import math
 import sys
@@ -38,6 +39,7 @@ from verify.cli import (
 )
 from verify.learning import tracking
 from verify.learning.families import DEFAULT_FAMILY, FAMILIES
+from verify.learning.run_config import Runtime, SgdRun, setting_names
 from verify.names import (
     CHECKPOINT_SECONDS,
     DECAYS,
@@ -48,9 +50,6 @@ from verify.names import (
     STUDENTS,
 )
 
-DEFAULT_SHAPES = ["matched", "balanced"]  # the default family's (HyperteacherFamily.default_shapes)
-# The official transformer (configs/teacher.py ModelConfig) and hypernetwork (d_ffw hidden units).
-TRANSFORMER_DEFAULTS = dict(d_model=256, n_heads=4, n_layers=4, d_ffw=1024)
 # What make_split's messages call its arguments, and the flags that set them here.
 SPLIT_WORDS = (("lower the held-out fraction or raise max_tries", "lower --held-out"),
                ("held_out_fraction", "--held-out"), ("(use missing-module)", "(use --split missing-module)"))
@@ -183,116 +182,104 @@ def _parser() -> cli.Parser:
 
 @functools.cache
 def _parser_of(families: tuple[str, ...]) -> cli.Parser:
-    return build_parser()
+    """build_parser's, with no default for a setting: what it holds is only what was typed
+    (SgdRun.build gives the rest its default, one source; tests hold the help's defaults to
+    those)."""
+    parser = build_parser()
+    names = setting_names()
+    for action in parser._actions:
+        if action.dest in names:
+            action.default = argparse.SUPPRESS
+    return parser
 
 
-def parse_args(argv=None):
+def parse_args(argv=None) -> SgdRun:
+    """The run the command line asks for: the settings it gives (SgdRun.build fills the rest
+    and checks them) and how it runs (Runtime). One line and exit 2 for bad input, before any
+    work (and before --save or --checkpoint is made)."""
     argv = sys.argv[1:] if argv is None else list(argv)
-    parser = _parser()
-    named = FAMILIES.get(_family_in(argv))  # None: the parser refuses the name
-    if "--paper" in argv and named is not None:  # the preset sets defaults; flags given explicitly still win
-        parser = build_parser()  # a fresh one: set_defaults would change the shared parser
-        parser.set_defaults(**named.paper_preset)
-    args = parser.parse_args(argv)
-    family = resolve_family(args, argv)
-    if args.K > args.M:
-        raise UsageError(f"--K must be at most --M (got K={args.K}, M={args.M})")
-    mlp_flags = {"--shapes": args.shapes is not None, "--widths": args.widths is not None,
-                 "--init": args.init is not None}
-    for flag, students in (("--d-model", ("transformer",)), ("--n-heads", ("transformer",)),
-                           ("--n-layers", ("transformer",)), ("--d-ffw", ("transformer", "hypernetwork"))):
-        if getattr(args, flag[2:].replace("-", "_")) is not None and args.student not in students:
-            raise UsageError(f"{flag} applies to --student {' or '.join(students)}, not {args.student}")
-    if args.student != "mlp":
-        given = [flag for flag, on in mlp_flags.items() if on]
-        if given:
-            raise UsageError(f"{given[0]} applies to --student mlp, not {args.student}")
-        args.shapes, args.widths = [args.student], None
-        for name, value in TRANSFORMER_DEFAULTS.items():
-            if getattr(args, name) is None:
-                setattr(args, name, value)
-        if args.student == "transformer" and args.d_model % args.n_heads:
-            raise UsageError(f"--d-model {args.d_model} must be a multiple of --n-heads {args.n_heads}")
-    else:
-        if args.shapes is None:
-            args.shapes = ["custom"] if args.paper else list(family.default_shapes)
-        if set(args.shapes) - set(family.shapes):
-            raise UsageError(f"--shapes {' '.join(args.shapes)}: "
-                             + (family.shapes_note or f"the {family.name} family offers --shapes "
-                                                      f"{' '.join(family.shapes)}"))
-        if args.widths is None and family.default_widths is not None:
-            args.widths = list(family.paper_widths if args.paper else family.default_widths)
-        if args.widths is not None and "custom" not in args.shapes:
-            raise UsageError("--widths applies only to --shapes custom "
-                             f"(got --shapes {' '.join(args.shapes)}); "
-                             "add custom to --shapes or drop --widths")
-        if args.paper and args.widths is None:  # kept out of the defaults: a --widths typed can be told apart
-            args.widths = list(family.paper_widths)
-        if "custom" in args.shapes and not args.widths:
-            raise UsageError("--shapes custom needs --widths, e.g. --widths 1024 1024 1024 1024")
-    if args.schedule == "cosine" and args.steps <= 2 * args.warmup_steps:
-        raise UsageError(f"--schedule cosine needs --steps > 2 × --warmup-steps (got {args.steps} and "
-                         f"{args.warmup_steps}): its decay lasts steps − 2 × warmup, as the official run.py "
-                         "sets it")
-    if args.schedule == "constant" and _given(argv, "--warmup-steps"):
-        raise UsageError("--warmup-steps applies to --schedule cosine (the constant schedule has no warmup, "
-                         "as in the official run.py)")
-    args.init = args.init or "lecun_normal"
-    args.seeds = list(dict.fromkeys(args.seed))  # a seed given twice runs once
-    args.seed = args.seeds[0]
-    cli.check_device(args.device)
-    if args.precision == "tf32" and args.device == "cpu":
-        raise UsageError("--precision tf32 is a CUDA matmul mode; on the CPU use fp32 or bf16")
-    if args.force and not args.save:
-        raise UsageError("--force only applies to --save DIR")
-    args.log = _tracker_spec(args)
-    if args.save:
-        args.save = cli.prepare_out_dir(args.save, "--save", force=args.force)
-    if args.checkpoint:
-        args.checkpoint = cli.prepare_out_dir(args.checkpoint, "--checkpoint", force=True)
-    return args
+    ns = _parser().parse_args(argv)
+    given = {k: v for k, v in vars(ns).items() if k in setting_names()}  # only what was typed
+    family = FAMILIES[given.get("family", DEFAULT_FAMILY)]
+    seeds = given.pop("seed", None) or (family.paper_preset.get("seed", [0]) if ns.paper else [0])
+    seeds = tuple(dict.fromkeys(seeds))  # a seed given twice runs once
+    cli.check_device(ns.device)
+    names = {f.name for f in dataclasses.fields(Runtime)} - {"seeds", "log"}
+    runtime = Runtime(seeds=seeds, log=_tracker_spec(ns), **{k: getattr(ns, k) for k in names})
+    run = SgdRun.build({**given, "seed": seeds[0]}, paper=ns.paper, runtime=runtime)
+    # Only now, when nothing else is wrong, are the folders made.
+    made = {}
+    if ns.save:
+        made["save"] = str(cli.prepare_out_dir(ns.save, "--save", force=ns.force))
+    if ns.checkpoint:
+        made["checkpoint"] = str(cli.prepare_out_dir(ns.checkpoint, "--checkpoint", force=True))
+    return run.replace(runtime=dataclasses.replace(runtime, **made))
 
 
-def _tracker_spec(args):
+def _tracker_spec(ns):
     """--log, --log-group and --log-name as one tracker spec (None without --log)."""
     try:
-        return tracking.spec_of(args, "verify.sgd", "run")
+        return tracking.spec_of(ns, "verify.sgd", "run")
     except ValueError as e:
         raise UsageError(str(e)) from None
 
 
-def _family_in(argv: list[str]) -> str:
-    """The --family named in argv (before parsing: the --paper preset depends on it)."""
-    for i, token in enumerate(argv):
-        if token == "--family" and i + 1 < len(argv):
-            return argv[i + 1]
-        if token.startswith("--family="):
-            return token.split("=", 1)[1]
-    return DEFAULT_FAMILY
+# --- a study's run (verify.studies.interfaces.StudyProgram) ---------------------------------
+
+# Besides verify.sgd's settings, a study's grid point may give an MLP as `width` and `depth`
+# (depth equal layers of width).
+STUDY_PARAMETERS = ("width", "depth")
+# Parameters that only some students take.
+STUDENT_ONLY = {**dict.fromkeys(("width", "depth", "shapes", "widths", "init"), ("mlp",)),
+                **dict.fromkeys(("d_model", "n_heads", "n_layers"), ("transformer",)),
+                "d_ffw": ("transformer", "hypernetwork")}
 
 
-def _given(argv: list[str], flag: str) -> bool:
-    return any(token == flag or token.startswith(flag + "=") for token in argv)
+def own_parameters(params: dict) -> dict:
+    """The grid point's parameters that apply to its run. A grid that crosses students (the
+    scaling-law sweep: mlp and transformer) sets both students' sizes; each run takes its own
+    student's. Likewise a grid that crosses task families sets each family's own settings;
+    each run takes its own family's."""
+    student = params.get("student", "mlp")
+    params = {k: v for k, v in params.items() if k not in STUDENT_ONLY or student in STUDENT_ONLY[k]}
+    own = set(FAMILIES[params.get("family", DEFAULT_FAMILY)].settings)
+    return {k: v for k, v in params.items()
+            if not any(k in other.settings and k not in own for other in FAMILIES.values())}
 
 
-def resolve_family(args, argv: list[str]):
-    """The run's family, after refusing another family's flags, filling this family's
-    optimiser defaults, dropping the other families' settings from args (so that a run's
-    configuration, and a study's key of it, holds only what applies to it) and the family's
-    own refusals."""
-    family = FAMILIES[args.family]
-    for other in FAMILIES.values():
-        for dest in set(other.settings) - set(family.settings):
-            flag = "--" + dest.replace("_", "-")
-            if _given(argv, flag):
-                raise UsageError(f"{flag} applies to --family {other.name}, not {args.family}")
-            if hasattr(args, dest):
-                delattr(args, dest)
-    for dest, value in family.optimiser.items():
-        if getattr(args, dest) is None:
-            setattr(args, dest, value)
-    family.validate(args)
-    return family
+def config_of(params: dict) -> SgdRun:
+    """The run of a study's grid point (its parameters by name, as the study file types them)."""
+    own = own_parameters(params)
+    settings = {k: v for k, v in own.items() if k not in STUDY_PARAMETERS}
+    if "width" in own or "depth" in own:
+        width, depth = own.get("width", 1024), own.get("depth", 4)
+        if not isinstance(depth, int) or isinstance(depth, bool):
+            raise UsageError(f"parameter 'depth' is a number of layers, not {depth!r}")
+        settings |= {"shapes": ["custom"], "widths": [width] * depth}
+    return SgdRun.build(settings)
+
+
+def from_key(config: dict, place: cli.RunPlace | None = None) -> SgdRun:
+    """The run a stored key stands for, to run at `place` (one thread, quiet, its checkpoints
+    in the run's folder, its tracker if any), or, with no place, to replay (quiet)."""
+    if place is None:
+        return SgdRun.from_key(config, Runtime(no_progress=True))
+    cli.check_device(place.device)
+    try:
+        log = tracking.parse_log(list(place.log), place.log_group, place.log_name) if place.log else None
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    minutes = CHECKPOINT_SECONDS / 60 if place.checkpoint_minutes is None else place.checkpoint_minutes
+    run = SgdRun.from_key(config)
+    folder = str(cli.prepare_out_dir(place.run_dir, "--checkpoint", force=True))
+    return run.replace(runtime=Runtime(threads=1, no_progress=True, device=place.device, checkpoint=folder,
+                                       checkpoint_minutes=minutes, seeds=(run.seed,), log=log,
+                                       log_name=place.log_name if log else None))
+
+
+def command_line(run: SgdRun) -> list[str]:
+    """verify.sgd's flags that reproduce `run`."""
+    return run.command_line()
 
 
 # Settings that do not change a run's result, left out of its configuration's key.
@@ -304,9 +291,9 @@ def speed_of(args):
     """The run's Speed: the device's defaults, with what the flags set."""
     from verify.learning.train import Speed
 
-    default = Speed.default(args.device)
-    return Speed(precision=args.precision or default.precision, compile=args.compile,
-                 fused=default.fused if args.fused_adamw is None else args.fused_adamw)
+    default = Speed.default(args.runtime.device)
+    return Speed(precision=args.runtime.precision or default.precision, compile=args.runtime.compile,
+                 fused=default.fused if args.runtime.fused_adamw is None else args.runtime.fused_adamw)
 
 
 def speed_note(train: dict) -> str:
@@ -324,16 +311,9 @@ def schedule_note(train: dict) -> str:
     return f" (cosine: {train['warmup_steps']} warmup steps, decay to {train['lr'] / 10:g})"
 
 
-def run_config(args) -> dict:
-    """A run's resolved configuration, as a study keys it: every setting but the runtime
-    ones. Settings added later leave themselves out at their old behaviour (the default
-    family; the constant schedule, and with it the warmup it ignores), so the keys of runs
-    stored before them stay valid."""
-    constant = vars(args).get("schedule", "constant") == "constant"
-    return {k: v for k, v in sorted(vars(args).items())
-            if k not in RUNTIME and not (k == "family" and v == DEFAULT_FAMILY)
-            and not (constant and k in ("schedule", "warmup_steps"))
-            and not (k == "allow_M_above_F" and not v)}
+def run_config(run: SgdRun) -> dict:
+    """A run's configuration, as a study keys it (SgdRun.key)."""
+    return run.key()
 
 
 def extra_sides(args) -> list[int]:
@@ -372,9 +352,9 @@ def threads_of_run(n: int | None, largest_step_macs: int):
         torch.set_num_threads(previous)
 
 
-def make_family(args):
-    """The task family of a run, with its encoder, from the run's flags."""
-    return FAMILIES[args.family].from_args(args)
+def make_family(run: SgdRun):
+    """The task family of a run, with its encoder."""
+    return FAMILIES[run.family].from_run(run)
 
 
 def build_students(args, family, widths_c) -> dict:
@@ -454,19 +434,18 @@ def prepare(args, progress) -> Prepared:
             raise UsageError(str(e)) from None
     # Every network is scored on the same tasks: the paper's 'test' (fresh tasks on the
     # training supports), 'ood' (held-out supports) and 'ood_k' (k active modules, k > K).
-    sides = family.eval_sides(split, extra_sides(args), args.eval_tasks, getattr(args, "eval_samples", 0),
+    sides = family.eval_sides(split, extra_sides(args), args.eval_tasks, args.task.eval_samples,
                               args.seed)
     students = build_students(args, family, reference.widths if reference else [])
-    if args.checkpoint:
+    if args.runtime.checkpoint:
         try:
-            check_checkpoint_space(Path(args.checkpoint), [net for net, _ in students.values()])
+            check_checkpoint_space(Path(args.runtime.checkpoint), [net for net, _ in students.values()])
         except CheckpointSpace as e:
             raise UsageError(f"--checkpoint: {e}") from None
-    P = family.rows_per_task(getattr(args, "samples_per_task", 0))
     tc = TrainConfig(steps=args.steps, tasks_per_batch=args.tasks_per_batch,
-                     samples_per_task=getattr(args, "samples_per_task", P), lr=args.lr,
-                     weight_decay=args.weight_decay, seed=args.seed, device=args.device, init=args.init,
-                     decay=args.decay, schedule=args.schedule, warmup_steps=args.warmup_steps)
+                     samples_per_task=args.task.samples_per_task, lr=args.lr,
+                     weight_decay=args.weight_decay, seed=args.seed, device=args.runtime.device,
+                     init=args.init, decay=args.decay, schedule=args.schedule, warmup_steps=args.warmup_steps)
     return Prepared(args, family, split, sides, students, reference, [], [], None, tc, speed_of(args), start)
 
 
@@ -489,23 +468,24 @@ def score_reference(prep: Prepared, progress) -> None:
 
 
 def checkpoint_of(args, shape: str) -> Path | None:
-    return Path(args.checkpoint) / f"seed{args.seed}_{shape}.ckpt" if args.checkpoint else None
+    folder = args.runtime.checkpoint
+    return Path(folder) / f"seed{args.seed}_{shape}.ckpt" if folder else None
 
 
 def train_students(prep: Prepared, progress) -> dict:
     """{shape: TrainResult}, each student trained alone."""
     from verify.learning.train import CheckpointMismatch, train_student
 
-    args, trained = prep.args, {}
+    args, runtime, trained = prep.args, prep.args.runtime, {}
     for shape, (net, widths) in prep.students.items():
         label = "×".join(map(str, widths)) if widths else shape
         tracker = open_tracker_of(prep, shape)
         try:
             trained[shape] = train_student(prep.family, prep.split.train, net, prep.train, progress=progress,
-                                           threads=args.threads, name=label, widths=widths,
+                                           threads=runtime.threads, name=label, widths=widths,
                                            checkpoint=checkpoint_of(args, shape),
-                                           checkpoint_seconds=60 * args.checkpoint_minutes,
-                                           log_every=args.log_every, speed=prep.speed, tracker=tracker)
+                                           checkpoint_seconds=60 * runtime.checkpoint_minutes,
+                                           log_every=runtime.log_every, speed=prep.speed, tracker=tracker)
         except CheckpointMismatch as e:
             raise UsageError(f"--checkpoint: {e}") from None
     return trained
@@ -516,10 +496,10 @@ def open_tracker_of(prep: Prepared, shape: str):
     from verify.learning.tracking import open_tracker
 
     args = prep.args
-    if getattr(args, "log", None) is None:
+    if args.runtime.log is None:
         return None
-    name = args.log_name or f"seed{args.seed}"
-    prep.trackers[shape] = open_tracker(args.log.named(f"{name}-{shape}"), run_config(args))
+    name = args.runtime.log_name or f"seed{args.seed}"
+    prep.trackers[shape] = open_tracker(args.runtime.log.named(f"{name}-{shape}"), run_config(args))
     return prep.trackers[shape]
 
 
@@ -537,7 +517,7 @@ def finish(prep: Prepared, trained: dict, progress) -> dict:
         name = f"sgd {shape}"
         with cli.phase(f"evaluate {name}", progress):
             scored, probe = family.score(name, result.net, prep.sides, args.seed, probe_net,
-                                         fast=scoring_copy(result.net, args.device))
+                                         fast=scoring_copy(result.net, args.runtime.device))
         metrics += scored + ratio_records(name, scored, prep.ref_metrics, family.ratio_metrics)
         log_scores(prep.trackers.get(shape), args.steps, name, scored)
         rows.append(dict(network=name, widths=list(widths) if widths else None,
@@ -551,11 +531,11 @@ def finish(prep: Prepared, trained: dict, progress) -> dict:
     report = dict(family=family.name, task=family.config(), encoding=args.encoding, student=args.student,
                   split=prep.split.summary(), train={**asdict(prep.train), "speed": asdict(prep.speed)},
                   evaluation=dict(tasks_per_side=args.eval_tasks, rows_per_task=family.rows_per_task(
-                      getattr(args, "eval_samples", 0)), extra_active_modules=extra_sides(args)),
+                      args.task.eval_samples), extra_active_modules=extra_sides(args)),
                   rows=rows, metrics=as_dicts(metrics), construction_within_certificate=within,
                   seconds=time.perf_counter() - prep.start)
-    if args.save:
-        save(Path(args.save), report, trained)
+    if args.runtime.save:
+        save(Path(args.runtime.save), report, trained)
     return report
 
 
@@ -572,7 +552,7 @@ def scoring_copy(net, device: str):
 def _largest_step(prep: Prepared) -> int:
     from verify.learning.train import step_macs
 
-    P = prep.family.rows_per_task(getattr(prep.args, "samples_per_task", 0))
+    P = prep.family.rows_per_task(prep.args.task.samples_per_task)
     return max(step_macs(net, prep.args.tasks_per_batch, P) for net, _ in prep.students.values())
 
 
@@ -610,9 +590,8 @@ def behaviour(args) -> dict[str, list[float]]:
 
     from verify.learning.train import learning_rate, train_student
 
-    small = copy.copy(args)
-    small.eval_tasks, small.checkpoint, small.save, small.device = BEHAVIOUR_TASKS, None, None, "cpu"
-    small.log = None  # a replay logs nowhere
+    # No checkpoint, no --save, no tracker (a replay logs nowhere), the CPU's default speed.
+    small = args.replace(eval_tasks=BEHAVIOUR_TASKS, runtime=Runtime())
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
@@ -652,9 +631,9 @@ def _values(records) -> list[float]:
 
 def run(args) -> dict:
     """One verify.sgd run (one seed): prepare, train each student, score, report."""
-    progress = False if args.no_progress else None
+    progress = False if args.runtime.no_progress else None
     prep = prepare(args, progress)
-    with threads_of_run(args.threads, _largest_step(prep)):
+    with threads_of_run(args.runtime.threads, _largest_step(prep)):
         score_reference(prep, progress)
         return finish(prep, train_students(prep, progress), progress)
 
@@ -666,7 +645,7 @@ def run_packed(runs: list) -> list[dict]:
     from verify.learning.pack import Member, PackMismatch, train_pack
     from verify.learning.train import CheckpointMismatch
 
-    progress = False if runs[0].no_progress else None
+    progress = False if runs[0].runtime.no_progress else None
     preps = [prepare(args, progress) for args in runs]
     if any(len(p.students) != 1 for p in preps):
         raise PackMismatch("a pack takes runs of one student each (one --shapes, or a transformer or "
@@ -677,7 +656,7 @@ def run_packed(runs: list) -> list[dict]:
         members.append(Member(p.family, p.split.train, net, p.train, name=f"seed {p.args.seed} {shape}",
                               widths=widths, checkpoint=checkpoint_of(p.args, shape),
                               tracker=open_tracker_of(p, shape)))
-    first = runs[0]
+    first = runs[0].runtime
     with threads_of_run(first.threads, len(preps) * _largest_step(preps[0])):
         for p in preps:
             score_reference(p, progress)
@@ -775,27 +754,24 @@ def format_summary(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def work(args) -> int:
-    import copy
-
+def work(args: SgdRun) -> int:
     reports = []
-    for seed in args.seeds:
-        one = copy.copy(args)
-        one.seed = seed
-        if args.save and len(args.seeds) > 1:
-            one.save = str(Path(args.save) / f"seed{seed}")
-        reports.append(run(one))
-        if not args.json:
-            cli.emit(format_report(reports[-1]) + ("\n" if len(args.seeds) > 1 else ""))
+    for seed in args.runtime.seeds:
+        runtime = args.runtime
+        if runtime.save and len(runtime.seeds) > 1:
+            runtime = dataclasses.replace(runtime, save=str(Path(runtime.save) / f"seed{seed}"))
+        reports.append(run(args.replace(seed=seed, runtime=runtime)))
+        if not args.runtime.json:
+            cli.emit(format_report(reports[-1]) + ("\n" if len(args.runtime.seeds) > 1 else ""))
     if len(reports) > 1:
         rows = summary(reports)
-        if args.json:
+        if args.runtime.json:
             cli.emit(cli.to_json(dict(runs=reports, summary=rows)))
         else:
             cli.emit(format_summary(rows))
-        if args.save:
-            cli.write_text_atomic(Path(args.save) / "summary.json", cli.to_json(rows))
-    elif args.json:
+        if args.runtime.save:
+            cli.write_text_atomic(Path(args.runtime.save) / "summary.json", cli.to_json(rows))
+    elif args.runtime.json:
         cli.emit(cli.to_json(reports[0]))
     ok = all(r["construction_within_certificate"] is not False for r in reports)
     return cli.EXIT_OK if ok else cli.EXIT_VIOLATED

@@ -125,14 +125,16 @@ def format_budget(table: dict) -> str:
                      f"{r['guessed']} / {r['unknown']} | {r['core_minutes']:.0f} | "
                      f"{r['core_minutes_left']:.0f} "
                      f"| {_hours(r['wall_minutes'])} | {_hours(r['wall_minutes_left'])} |")
-    t = table["total"]
-    lines += ["", f"{table['scale']} scale: {t['runs']} runs, {t['current']} current; all of it takes "
-                  f"{_hours(t['wall_minutes'])} wall on {w} workers, what is left "
-                  f"{_hours(t['wall_minutes_left'])}"
-                  + (f"; {t['unknown']} runs have no time to go by (not counted)" if t["unknown"] else "")
-                  + " (verify/studies/budget.py: stored run times, measured under whatever shared the "
-                    "machine)"]
-    return "\n".join(lines)
+    return "\n".join([*lines, "", summary_line(table)])
+
+
+def summary_line(table: dict) -> str:
+    """The totals in one line (the README's `budget` block)."""
+    t, w = table["total"], table["workers"]
+    return (f"{table['scale']} scale: {t['runs']} runs, {t['current']} current; all of it takes "
+            f"{_hours(t['wall_minutes'])} wall on {w} workers, what is left {_hours(t['wall_minutes_left'])}"
+            + (f"; {t['unknown']} runs have no time to go by (not counted)" if t["unknown"] else "")
+            + " (verify/studies/budget.py: stored run times, measured under whatever shared the machine)")
 
 
 def _hours(minutes: float) -> str:

@@ -64,7 +64,6 @@ from verify.studies.grids import (  # noqa: F401 - the study side's names, as ve
     expand,
     load_study,
     own_parameters,
-    program_argv,
     program_parameters,
     stored_out,
     study_deviations,
@@ -126,9 +125,8 @@ def run_study(name: str, scale: str, out: Path, *, engine: str = "ray", address:
             bar = cli.progress(len(runs), f"{study} ({scale})", progress, unit="run")
             bar.update(len(runs) - len(pending))
             execute = ray_engine if engine == "ray" else serial
-            tracked = ("--log", *log, "--log-group", study) if log else ()
             execution = Execution("cuda" if gpus_per_run > 0 else "cpu", gpus_per_run, checkpoint_minutes,
-                                  pack, tracked)
+                                  pack, tuple(log or ()), study)
             start = time.perf_counter()
             for run, result in execute(pending, out, execution,
                                        lambda run: store.start(run.key, study, scale, run.config)):

@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from verify.cli import RunPlace
 from verify.studies.execution import run_one, run_pack
 from verify.studies.grids import Run
 
@@ -22,7 +23,8 @@ class Execution:
     gpus_per_run: float = 0.0
     checkpoint_minutes: float | None = None
     pack: int = 1
-    log: tuple[str, ...] = ()  # --log flags for every run (its --log-name: the run's key)
+    log: tuple[str, ...] = ()  # every run's tracker (--log's values; empty: none), named by its key
+    log_group: str | None = None  # the tracker's group: the study
 
 
 def pack_key(run: Run) -> str:
@@ -42,17 +44,18 @@ def packs_of(pending: list[Run], pack: int) -> list[list[Run]]:
     return [g[i:i + pack] for g in groups.values() for i in range(0, len(g), pack)]
 
 
-def _run_dir(out: Path, run: Run) -> str:
-    return str(out / "runs" / run.key[:16])
+def place_of(run: Run, out: Path, execution: Execution) -> RunPlace:
+    """Where a run runs: its folder out/runs/<its key's first 16 hex digits>, which also names
+    it in a tracker."""
+    return RunPlace(str(out / "runs" / run.key[:16]), execution.device, execution.checkpoint_minutes,
+                    execution.log, execution.log_group)
 
 
 def _execute_pack(pack: list[Run], out: Path, execution: Execution) -> list[dict]:
     """The results of a pack's runs (a run alone, or runs trained as one batched model)."""
     if len(pack) == 1:
-        return [run_one(pack[0].argv, _run_dir(out, pack[0]), execution.device,
-                        execution.checkpoint_minutes, pack[0].program, execution.log)]
-    return run_pack([r.argv for r in pack], [_run_dir(out, r) for r in pack], execution.device,
-                    execution.checkpoint_minutes, execution.log)
+        return [run_one(pack[0].config, place_of(pack[0], out, execution), pack[0].program)]
+    return run_pack([r.config for r in pack], [place_of(r, out, execution) for r in pack])
 
 
 def serial(pending: list[Run], out: Path, execution: Execution, on_start):

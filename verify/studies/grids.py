@@ -33,29 +33,20 @@ RESULTS_DIR = Path("verify") / "studies" / "results"
 # The committed stores, shipped with the package: read when the working folder has none.
 PACKAGED_RESULTS_DIR = STUDIES_DIR / "results"
 SCALES = ("paper", "cpu", "smoke")
-# Study parameters that are not verify.sgd flags: an MLP of `depth` layers of `width`.
-SHAPE_PARAMETERS = ("width", "depth")
-# Parameters that only some students take.
-STUDENT_ONLY = {**dict.fromkeys(("width", "depth", "shapes", "widths", "init"), ("mlp",)),
-                **dict.fromkeys(("d_model", "n_heads", "n_layers"), ("transformer",)),
-                "d_ffw": ("transformer", "hypernetwork")}
-
 
 @dataclass(frozen=True)
 class Program:
-    """A program a study runs once per grid point. Its module has build_parser, parse_args,
-    run_config (the resolved configuration a run's key hashes), run (the report) and RUNTIME
-    (the flags that do not change a result); `report` names the module that reads a study of
-    it back (effects_table, write_table, format_markdown, export_csv). Both are imported by
-    name, when a study of that program is run or read: the driver sits below the programs
-    it runs (verify.images imports verify.studies, never the reverse)."""
+    """A program a study runs once per grid point: its module follows
+    verify.studies.interfaces.StudyProgram (config_of, from_key, run_config, run, …);
+    `report` names the module that reads a study of it back (effects_table, write_table,
+    format_markdown, export_csv). Both are imported by name, when a study of that program is
+    run or read: the driver sits below the programs it runs (verify.images imports
+    verify.studies, never the reverse)."""
 
     name: str  # as a user runs it, and as a study file names it
     module: str
     report: str
-    run_dir_flag: str  # the flag that gives a run its folder (checkpoints, saved models)
-    # verify.sgd's grid conventions: `width`/`depth` as an MLP's shape, parameters that only
-    # some students or families take, packs of runs and a checkpoint interval.
+    # verify.sgd's: packs of runs (--pack) and a checkpoint interval (--checkpoint-minutes).
     sgd_grid: bool = False
     tracks: bool = False  # takes --log, --log-group, --log-name (verify.learning.tracking)
 
@@ -72,10 +63,9 @@ class Program:
 
 DEFAULT_PROGRAM = "verify.sgd"
 PROGRAMS = {p.name: p for p in (
-    Program("verify.sgd", "verify.learning.sgd", "verify.studies.effects", "--checkpoint", sgd_grid=True,
-            tracks=True),
-    Program("verify.images.train", "verify.images.train", "verify.images.study", "--out", tracks=True),
-    Program("verify.kernel", "verify.learning.kernel_vs_sgd", "verify.studies.kernel_report", "--save"),
+    Program("verify.sgd", "verify.learning.sgd", "verify.studies.effects", sgd_grid=True, tracks=True),
+    Program("verify.images.train", "verify.images.train", "verify.images.study", tracks=True),
+    Program("verify.kernel", "verify.learning.kernel_vs_sgd", "verify.studies.kernel_report"),
 )}
 
 
@@ -84,7 +74,7 @@ class Run:
     key: str
     params: dict  # the grid point, as the study names it
     config: dict  # the resolved configuration (what the key hashes)
-    argv: tuple[str, ...]  # the program's arguments
+    argv: tuple[str, ...]  # the program's flags that reproduce the run (for people; runs go by config)
     program: str = DEFAULT_PROGRAM
 
 
@@ -110,10 +100,10 @@ def study_file(name: str) -> Path:
 
 def program_parameters(program: str = DEFAULT_PROGRAM) -> set[str]:
     """Every parameter a study of `program` may set: its flags' destinations but the runtime
-    ones (and, for verify.sgd, width/depth)."""
-    p = PROGRAMS[program]
-    shape = set(SHAPE_PARAMETERS) if p.sgd_grid else set()
-    return (set(_flags(program)) - set(p.load().RUNTIME) - {"help"}) | shape
+    ones, and the program's own study parameters (verify.sgd's width and depth)."""
+    module = PROGRAMS[program].load()
+    extra = set(getattr(module, "STUDY_PARAMETERS", ()))
+    return (set(_flags(program)) - set(module.RUNTIME) - {"help"}) | extra
 
 
 def _grid_entries(where: str, parameters, known) -> dict[str, list]:
@@ -262,11 +252,6 @@ def _flags(program: str = DEFAULT_PROGRAM) -> dict[str, str]:
     return {a.dest: a.option_strings[-1] for a in _options(program, _registered())}
 
 
-def _switches(program: str = DEFAULT_PROGRAM) -> frozenset[str]:
-    """The destinations of the program's flags that take no value (store_true)."""
-    return frozenset(a.dest for a in _options(program, _registered()) if a.nargs == 0)
-
-
 def _registered() -> tuple[str, ...]:
     """The task families registered now: verify.sgd's flags include each one's own."""
     from verify.learning.families import FAMILIES
@@ -282,47 +267,15 @@ def _options(program: str, families: tuple[str, ...]) -> tuple:
 
 
 def own_parameters(params: dict, program: str = DEFAULT_PROGRAM) -> dict:
-    """The grid point's parameters that apply to its run. A verify.sgd grid that crosses
-    students (the scaling-law sweep: mlp and transformer) sets both students' sizes; each run
-    takes its own student's. Likewise a grid that crosses task families sets each family's own
-    settings; each run takes its own family's. Another program's runs take every parameter."""
-    if not PROGRAMS[program].sgd_grid:
-        module = PROGRAMS[program].load()  # a program may say which parameters apply to a run
-        return module.own_parameters(params) if hasattr(module, "own_parameters") else dict(params)
-    from verify.learning.families import DEFAULT_FAMILY, FAMILIES
-
-    student = params.get("student", "mlp")
-    params = {k: v for k, v in params.items() if k not in STUDENT_ONLY or student in STUDENT_ONLY[k]}
-    own = set(FAMILIES[params.get("family", DEFAULT_FAMILY)].settings)
-    return {k: v for k, v in params.items()
-            if not any(k in other.settings and k not in own for other in FAMILIES.values())}
-
-
-def program_argv(params: dict, program: str = DEFAULT_PROGRAM) -> list[str]:
-    """The program's arguments for one grid point (a list value: a flag of several values)."""
-    flags = _flags(program)
-    params = own_parameters(params, program)
-    sgd_grid = PROGRAMS[program].sgd_grid
-    argv: list[str] = []
-    for name, value in params.items():
-        if sgd_grid and name in SHAPE_PARAMETERS:
-            continue
-        if name in _switches(program):  # a switch: its flag when true, nothing when false
-            if not isinstance(value, bool):
-                raise UsageError(f"parameter {name!r} is a switch: its value is true or false, not {value!r}")
-            argv += [flags[name]] * value
-            continue
-        argv.append(flags[name])
-        argv += [str(v) for v in value] if isinstance(value, list) else [str(value)]
-    if sgd_grid and ("width" in params or "depth" in params):
-        width, depth = params.get("width", 1024), params.get("depth", 4)
-        argv += ["--shapes", "custom", "--widths", *[str(width)] * int(depth)]
-    return argv
+    """The grid point's parameters that apply to its run: the program's own_parameters say
+    (verify.sgd: its student's and family's), else all of them."""
+    module = PROGRAMS[program].load()
+    return module.own_parameters(params) if hasattr(module, "own_parameters") else dict(params)
 
 
 def expand(name: str, scale: str) -> tuple[str, list[Run]]:
-    """Every run of the study at `scale`, resolved by its program's own parser (so a grid
-    point it would refuse is refused here, before any work)."""
+    """Every run of the study at `scale`, resolved by its program (config_of: a grid point it
+    would refuse is refused here, before any work)."""
     from verify.studies.store import config_key
 
     study, grids, program = load_study(name, scale)
@@ -332,16 +285,15 @@ def expand(name: str, scale: str) -> tuple[str, list[Run]]:
               for grid in grids for values in itertools.product(*grid.values()))
     for params in points:
         used |= set(own_parameters(params, program))
-        argv = program_argv(params, program)
         try:
-            args = module.parse_args([*argv, "--no-progress"])
+            config = module.config_of(params)
         except UsageError as e:
             raise UsageError(f"study {study}, grid point {params}: {e}") from None
-        config = module.run_config(args)
-        key = config_key(config)
+        resolved = module.run_config(config)
+        key = config_key(resolved)
         if key not in seen:
             seen.add(key)
-            runs.append(Run(key, params, config, tuple(argv), program))
+            runs.append(Run(key, params, resolved, tuple(module.command_line(config)), program))
     # A parameter that no grid point's student or family takes would be silently ignored.
     unused = sorted(set().union(*grids) - used)
     if unused:

@@ -1,13 +1,20 @@
 """What the study side asks of the modules it runs and reads, declared once.
 
 - A **program** (a study's `program:`, verify.sgd's verify.learning.sgd unless it names
-  another; grids.PROGRAMS lists them) turns one grid point into a result: `build_parser` and
-  `parse_args` (the point's flags, refused in one line before any work), `run_config` (the
-  resolved configuration a run's key hashes), `run` (the report, JSON-able) and `RUNTIME`
-  (the flags that change no result). It may define `behaviour` (verify.studies.behaviour's
-  record of a run: a few numbers any change to its training or scoring moves).
+  another; grids.PROGRAMS lists them) turns one grid point into a result, through a typed
+  configuration of its own (verify.sgd's: verify.learning.run_config.SgdRun):
+  `config_of(params)` (a grid point's configuration, refused in one line before any work),
+  `run_config(config)` (the resolved settings a run's key hashes), `from_key(key, place)` (the
+  configuration of a stored key, to run at a verify.cli.RunPlace, or with no place to
+  replay), `run(config)` (the report, JSON-able), `command_line(config)` (its flags, for
+  people) and, for the parameters a study may set, `build_parser` and `RUNTIME` (the flags
+  that change no result). It may define `behaviour` (verify.studies.behaviour's record of a
+  run: a few numbers any change to its training or scoring moves), `own_parameters` (which
+  of a grid point's parameters apply to its run) and `STUDY_PARAMETERS` (parameters that are
+  not flags: verify.sgd's width and depth).
 - A **report** module (a program's `report`) reads a study's store back: `effects_table`,
-  `write_table`, `format_markdown` and `export_csv`.
+  `write_table`, `format_markdown` and `export_csv`; it may define `format_compact` (the
+  table → the README's block; verify.studies.summary's own lines otherwise).
 - An **analysis** module (a study file's `analysis:`, e.g. width-vs-M's verify.studies.width)
   adds its own section below the effects table: `analyse_runs` (the done runs → plain data)
   and `format_analysis` (that data → markdown; `compact=True` for the README's block).
@@ -28,11 +35,15 @@ class StudyProgram(Protocol):
 
     def build_parser(self): ...
 
-    def parse_args(self, argv): ...
+    def config_of(self, params: dict): ...
 
-    def run_config(self, args) -> dict: ...
+    def from_key(self, config: dict, place=None): ...
 
-    def run(self, args) -> dict: ...
+    def run_config(self, config) -> dict: ...
+
+    def run(self, config) -> dict: ...
+
+    def command_line(self, config) -> list[str]: ...
 
 
 @runtime_checkable

@@ -13,6 +13,18 @@ computes the same). Stores written before runs recorded these get the columns on
 writable open (an ALTER TABLE adding nullable columns); their rows read None there, "code
 unknown", "no record". A store opened read-only (`report`, `list`, the figures: a committed
 store may sit in a read-only install) is never altered, and its missing columns read None too.
+
+Running a study again skips what is done (real output, the smoke scale: 2 runs of 20 steps):
+
+    $ python -m verify.study run task-support --scale smoke
+    task-support (smoke, ray): 2 runs; 2 done now, 0 already done, 0 failed (5 s)
+    store: verify/studies/results/task-support/smoke/study.sqlite
+    $ python -m verify.study run task-support --scale smoke
+    task-support (smoke, ray): 2 runs; 0 done now, 2 already done, 0 failed (0 s)
+
+A driver killed with SIGKILL leaves a consistent store (tested: SQLite's integrity check, then
+the next invocation runs only the missing runs); a pack's members are stored one row each,
+marked `packed_with`.
 """
 
 from __future__ import annotations

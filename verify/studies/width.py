@@ -47,6 +47,28 @@ sup error, so its RMSE too, by ε: it meets the threshold on every task); for R�
 Everything but `readout_norms` (which draws the study's teachers) is a pure function of
 plain data (numbers, lists, dicts); `analyse` assembles them, `analyse_runs` reads a study
 store's rows, and `format_analysis` prints the result.
+
+The grid also varies the held-out fraction at the widest rung (a study file's `also:` adds such
+a ladder without multiplying the grid), which gives n*(M), fitted by `censored_slope` over every
+seed. Runs at twice the steps beside their twins are the longer-run check: they never enter a
+ladder.
+
+Reading the cpu study (I = H = O = 4, K = 2, M 6, 8, 16, 32, held-out fraction 0.25, widths
+16–256 at depth 2 and 4, 20,000 steps of 32 tasks at cosine lr 3e-3, two seeds; the longer-run
+check at 40,000 steps for seed 1 at depth 2, and 80,000 at M = 32, where w* still moved at
+40,000, for widths 64 and 128 at both depths): the held-out thresholds are capped at small M by
+the few training tasks there, so more modules bring more training tasks, and those, not width,
+limit the smaller M. The construction's own units at a matched ε are dominated by its
+1/√ε-term, so its total's slope is near 0 at this scale: SGD's widths are far below the
+construction's. What the cpu scale cannot settle: K = 2 only (slope K = 2 is what memorisation
+would show); M up to 32; the held-out fraction fixed, so training tasks and M grow together;
+widths at most 256; two seeds. The paper-scale grid (K = 3, M 8–64, widths 64–2048, 300,000
+steps, 294 runs) is 2.4e18 training FLOPs: 2.7 GPU-hours at 250 TFLOP/s achieved, more in
+practice since the narrow rungs are bound by kernel launches (`verify.bench --device cuda
+--pack`). tests/test_width_vs_m.py holds the analysis to synthetic ladders with known answers (a
+planted exponent of 1 and 2 recovered inside its interval, a planted −1 called "slope < 0", a
+ladder that never crosses reported as not reached, longer runs kept off the ladder) and runs
+the smoke study end to end.
 """
 
 from __future__ import annotations
@@ -763,8 +785,10 @@ def _by_M(title: str, rows: list[tuple[str, list[dict]]], Ms: list) -> list[str]
 
 def format_analysis(a: dict, compact: bool = False) -> str:
     """The analysis as markdown: the slopes and verdicts, the baselines, then w*(M) itself.
-    `compact` (the README's block) leaves out the baselines' units and the longer-run pairs
-    (their summary line stays)."""
+    `compact` (the README's block) gives the teacher, each fitted slope's verdict, the
+    thresholds with too few points for a fit, and the notes (the tables are in the full report)."""
+    if compact:
+        return _compact(a)
     lines = ["## The width SGD needs as M grows (issue 22; verify/studies/width.py)", ""]
     if not a.get("runs"):
         return "\n".join(lines + [f"- {n}" for n in a.get("notes", [])])
@@ -788,21 +812,20 @@ def format_analysis(a: dict, compact: bool = False) -> str:
         lines.append(f"| training tasks n*: {w['criterion']} | {w['depth']}×{w['width']} | varied | "
                      f"{_slope_cell(w['fit'])} | M: 1 | — | all tasks: {_slope(w['all_tasks_slope'])} | "
                      f"{w['verdict']['short']} | {w['unconverged']} |")
-    if not compact:
-        memo = {u["M"]: u["units"] for u in a["memorisation"]["per_M"]}
-        lines += ["", "Hidden units of the baselines: the construction's 2·I·H·N (1/√ε-term, the same at "
-                  "every M) + M (M-term) + H, at ε matched to each threshold; the memoriser's "
-                  "H·Σ_(k≤K) C(M,k)",
-                  "", "| | " + " | ".join(f"M = {M}" for M in Ms) + " | slope |",
-                  "|---|" + "---|" * (len(Ms) + 1)]
-        for c in a["construction"]:
-            cells = [f"{u['eps_term']:.0f} + {u['M_term']} + {u['H_term']}" for u in c["per_M"]]
-            lines.append(f"| construction, ε = {c['eps']:.3g} ({c['criterion']}) | " + " | ".join(cells)
-                         + f" | {_slope(c['slope'])} |")
-        lines.append("| memoriser | " + " | ".join(str(memo[M]) for M in Ms)
-                     + f" | {_slope(a['memorisation']['slope'])} |")
-        sqrt_widths = " | ".join(f"{u['sqrt_width']:.1f}" for u in a["memorisation"]["per_M"])
-        lines.append(f"| √-memoriser (width) | {sqrt_widths} | {_slope(a['memorisation']['sqrt_slope'])} |")
+    memo = {u["M"]: u["units"] for u in a["memorisation"]["per_M"]}
+    lines += ["", "Hidden units of the baselines: the construction's 2·I·H·N (1/√ε-term, the same at "
+              "every M) + M (M-term) + H, at ε matched to each threshold; the memoriser's "
+              "H·Σ_(k≤K) C(M,k)",
+              "", "| | " + " | ".join(f"M = {M}" for M in Ms) + " | slope |",
+              "|---|" + "---|" * (len(Ms) + 1)]
+    for c in a["construction"]:
+        cells = [f"{u['eps_term']:.0f} + {u['M_term']} + {u['H_term']}" for u in c["per_M"]]
+        lines.append(f"| construction, ε = {c['eps']:.3g} ({c['criterion']}) | " + " | ".join(cells)
+                     + f" | {_slope(c['slope'])} |")
+    lines.append("| memoriser | " + " | ".join(str(memo[M]) for M in Ms)
+                 + f" | {_slope(a['memorisation']['slope'])} |")
+    sqrt_widths = " | ".join(f"{u['sqrt_width']:.1f}" for u in a["memorisation"]["per_M"])
+    lines.append(f"| √-memoriser (width) | {sqrt_widths} | {_slope(a['memorisation']['sqrt_slope'])} |")
     for held_out in sorted({w["held_out"] for w in a["widths"]}):
         rows = [(f"{w['criterion']}, depth {w['depth']}", w["per_M"]) for w in a["widths"]
                 if w["held_out"] == held_out]
@@ -816,15 +839,36 @@ def format_analysis(a: dict, compact: bool = False) -> str:
     lines += ["", "- cells: geometric mean over seeds [interval: " + (", ".join(kinds) or "—") + "]; "
               "≤: some seed's first rung already reached it (an upper bound); —: some seed never reached it "
               "(n/N short); *: a ladder not monotone (its first crossing used)"]
-    lines += [f"- w*, {w['criterion']}, depth {w['depth']}, held out {w['held_out']:g}: "
-              f"{w['verdict']['text']}"
-              for w in a["widths"] if w["fit"]["status"] == "fitted"]
-    lines += [f"- n*, {w['criterion']}, {w['depth']}×{w['width']}: {w['verdict']['text']}"
-              for w in a["tasks"] if w["fit"]["status"] == "fitted"]
-    if not compact:
-        lines += _longer_run_lines(a.get("longer_run_check"))
+    lines += _verdict_lines(a)
+    lines += _longer_run_lines(a.get("longer_run_check"))
     lines += [f"- {n}" for n in a["notes"]]
     return "\n".join(lines)
+
+
+def _verdict_lines(a: dict) -> list[str]:
+    return ([f"- w*, {w['criterion']}, depth {w['depth']}, held out {w['held_out']:g}: {w['verdict']['text']}"
+             for w in a["widths"] if w["fit"]["status"] == "fitted"]
+            + [f"- n*, {w['criterion']}, {w['depth']}×{w['width']}: {w['verdict']['text']}"
+               for w in a["tasks"] if w["fit"]["status"] == "fitted"])
+
+
+def _compact(a: dict) -> str:
+    """The README's block: what was fitted and what each slope's interval establishes."""
+    if not a.get("runs"):
+        return "\n".join(f"- {n}" for n in a.get("notes", []))
+    t = a["teacher"]
+    unfitted = [f"{w['criterion']} (depth {w['depth']}): {w['fit']['status']}" for w in a["widths"]
+                if w["fit"]["status"] != "fitted"]
+    unfitted += [f"n* {w['criterion']}: {w['fit']['status']}" for w in a["tasks"]
+                 if w["fit"]["status"] != "fitted"]
+    lines = [f"teacher I = {t['I']}, H = {t['H']}, O = {t['O']}, K = {t['K']}; "
+             f"M = {', '.join(map(str, a['Ms']))}; seeds {', '.join(map(str, a['seeds']))}; "
+             f"{a['runs']} runs. "
+             "Slopes of log w* (and log n*) on log M, 95% CI, and what each interval excludes:",
+             *_verdict_lines(a)]
+    if unfitted:
+        lines.append("- no slope: " + "; ".join(unfitted))
+    return "\n".join(lines + [f"- {n}" for n in a["notes"]])
 
 
 def _pair(x: tuple, digits: int = 4) -> str:

@@ -4,11 +4,16 @@ training loop, verify.sgd, the studies and the effects table hold no `if family 
 A family is a plug-in, as a construction is (constructions/): one module that subclasses
 TaskFamily, and one line in the registry (verify/learning/families/__init__.py). It owns
 
-- its command line: `add_flags` (its own flags of verify.sgd, whose destinations are
-  `settings`; another family's run refuses them), `paper_preset` (what --paper sets),
-  `optimiser` (AdamW's defaults), the MLP shapes and widths it offers, and `validate` (its
-  refusals, one line and exit 2 before any work);
-- its task: `from_args` builds it, with its encoder, from a run's settings, `paper_default`
+- its settings: `Settings`, a frozen dataclass of its own settings of a run (each field a
+  `setting(default, validator)`; `settings` their names), which a run holds as `run.task`
+  (verify.learning.run_config.SgdRun). Besides its fields, Settings gives `samples_per_task`
+  and `eval_samples`: the value a run's training and scoring pass to `rows_per_task`,
+  `batches` and `eval_sides` (a field, or a property where the family has no such choice);
+- its command line: `add_flags` (its own flags of verify.sgd, one per field of Settings, with
+  no default: Settings holds it; another family's run refuses them), `paper_preset` (what
+  --paper sets), `optimiser` (AdamW's defaults), the MLP shapes and widths it offers, and
+  `validate(run)` (its refusals, one line and exit 2 before any work);
+- its task: `from_run` builds it, with its encoder, from a run (an SgdRun), `paper_default`
   at the paper's default (verify.bench), and `config()` records it;
 - training: `batches(...)` gives batches made on the training device, each a `Batch` of task
   codes e (T, E), rows x (T, P, I), targets y and a mask of the rows that count; `loss(pred,
@@ -31,11 +36,35 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar
 
 if TYPE_CHECKING:
     import torch
+
+
+def choice(names) -> Callable[[str], str]:
+    """A validator for one of `names` (argparse's `choices`, as a type)."""
+    def check(text: str) -> str:
+        if text not in names:
+            raise ValueError(f"invalid choice: {text!r} (choose from {', '.join(map(str, names))})")
+        return text
+    return check
+
+
+def switch(value) -> bool:
+    """The validator of an on/off setting (a flag without a value): True or False only."""
+    if not isinstance(value, bool):
+        raise ValueError(f"a switch is true or false, not {value!r}")
+    return value
+
+
+def setting(default, check: Callable, many: bool = False, optional: bool = False):
+    """A field of a run's settings (a family's Settings, or SgdRun's own) with its validator,
+    verify.sgd's type for its flag (verify.cli: positive_int, open_fraction, …), and whether
+    it holds several values (`many`) or may be None, not set (`optional`)."""
+    return field(default=default, metadata=dict(check=check, many=many, optional=optional))
 
 
 @dataclass(frozen=True)
@@ -63,8 +92,9 @@ class TaskFamily(ABC):
     """The interface; see the module docstring."""
 
     name: ClassVar[str]
+    Settings: ClassVar[type]  # its own settings of a run (a frozen dataclass; see the module docstring)
     # --- its command line (verify.sgd)
-    settings: ClassVar[tuple[str, ...]] = ()  # destinations of its own flags (add_flags)
+    settings: ClassVar[tuple[str, ...]] = ()  # Settings' field names: its own flags' destinations
     optimiser: ClassVar[dict]  # AdamW's defaults: lr, weight_decay
     paper_preset: ClassVar[dict]  # the settings --paper sets
     paper_widths: ClassVar[list[int]]  # the MLP's widths under --paper
@@ -107,15 +137,15 @@ class TaskFamily(ABC):
         return None
 
     @classmethod
-    def validate(cls, args) -> None:
-        """Refuse settings this family cannot run (verify.cli.UsageError, one line); nothing
-        by default."""
+    def validate(cls, run) -> None:
+        """Refuse a run (an SgdRun) this family cannot do (verify.cli.UsageError, one line);
+        nothing by default."""
         return None
 
     @classmethod
     @abstractmethod
-    def from_args(cls, args) -> TaskFamily:
-        """The family's task, with its encoder, from a run's settings (verify.sgd's)."""
+    def from_run(cls, run) -> TaskFamily:
+        """The family's task, with its encoder, from a run (an SgdRun: run.task its own settings)."""
 
     @classmethod
     @abstractmethod
@@ -167,7 +197,7 @@ class TaskFamily(ABC):
         when given, is the same network for the sampled metrics (R², RMSE, accuracy):
         metrics.on_device's copy on the training device; `f` (float64) serves the rest."""
 
-    def reference_for(self, args) -> Reference | None:
+    def reference_for(self, run) -> Reference | None:
         """The network a run's students are compared with; None when the family has none."""
         return None
 

@@ -4,12 +4,13 @@ the theorem's construction at ε."""
 
 from __future__ import annotations
 
-from dataclasses import asdict
+from dataclasses import asdict, dataclass, fields
 from typing import ClassVar
 
 import numpy as np
 
-from verify.learning.families.base import Batch, Reference, TaskFamily
+from verify import cli
+from verify.learning.families.base import Batch, Reference, TaskFamily, setting
 from verify.learning.records import Metric
 
 PROBE_MAX_BYTES = 2**30  # probe the construction through its dense form only up to this size
@@ -45,13 +46,27 @@ class HyperteacherBatches:
         return Batch(e.float(), x.float(), target.float())
 
 
+@dataclass(frozen=True)
+class HyperteacherSettings:
+    """The hyperteacher's own settings of a verify.sgd run (its flags: --I --H --O, verify.cli's
+    teacher flags shared with verify.bound, and add_flags' --eps --samples-per-task
+    --eval-samples)."""
+
+    I: int = setting(4, cli.positive_int)  # noqa: E741 (the paper's name)
+    H: int = setting(4, cli.positive_int)
+    O: int = setting(4, cli.positive_int)  # noqa: E741
+    eps: float = setting(1e-2, cli.positive_float)  # ε of the construction, which sets the matched size
+    samples_per_task: int = setting(16, cli.positive_int)  # x per task per training step
+    eval_samples: int = setting(16, cli.positive_int)  # x per task for RMSE and R²
+
+
 class HyperteacherFamily(TaskFamily):
     """The paper's hyperteacher (spec §1): regression of g(x, z), scored by the paper's
     compositional R², RMSE and the sup error, beside the theorem's construction."""
 
     name = "hyperteacher"
-    # I, H and O are verify.cli's teacher flags (shared with verify.bound); the rest are add_flags'.
-    settings = ("I", "H", "O", "eps", "samples_per_task", "eval_samples")
+    Settings = HyperteacherSettings
+    settings = tuple(f.name for f in fields(HyperteacherSettings))
     optimiser: ClassVar[dict] = dict(lr=3e-4, weight_decay=3e-3)
     # The official sweeps' run (configs/teacher.py, sweeps/*_hyperteacher.yaml): 300k steps of
     # 128 tasks × 16 samples, seeds 1–3, scored on 1,024 tasks a side with 16 samples each, on
@@ -91,25 +106,30 @@ class HyperteacherFamily(TaskFamily):
     def add_flags(cls, parser) -> None:
         from verify.cli import positive_float, positive_int
 
-        parser.add_argument("--eps", type=positive_float, default=1e-2,
+        parser.add_argument("--eps", type=positive_float,
                             help="hyperteacher: ε of the construction, which also sets the matched size "
                                  "(default 1e-2)")
-        parser.add_argument("--samples-per-task", type=positive_int, default=16,
+        parser.add_argument("--samples-per-task", type=positive_int,
                             help="hyperteacher: x per task per step (default 16); a preference task is one "
                                  "episode")
-        parser.add_argument("--eval-samples", type=positive_int, default=16,
+        parser.add_argument("--eval-samples", type=positive_int,
                             help="hyperteacher: x per task for RMSE and R² (default 16, the paper's)")
 
     @classmethod
-    def from_args(cls, args) -> HyperteacherFamily:
+    def from_run(cls, run) -> HyperteacherFamily:
+        return cls.of(run.task.I, run.task.H, run.task.O, run.M, run.K, run.weights, run.encoding, run.seed)
+
+    @classmethod
+    def of(cls, I: int, H: int, O: int, M: int, K: int, weights: str, encoding: str,  # noqa: E741
+           seed: int) -> HyperteacherFamily:
+        """The hyperteacher of these sizes, read through `encoding` (the teacher drawn from seed)."""
         from constructions.tasks.encodings import make_encoder
         from constructions.tasks.hyperteacher import HyperteacherConfig, sample_hyperteacher
 
-        cfg = HyperteacherConfig(I=args.I, H=args.H, O=args.O, M=args.M, K=args.K, weights=args.weights,
-                                 encoding="orthogonal" if args.encoding == "orthogonal" else "identity",
-                                 seed=args.seed)
+        cfg = HyperteacherConfig(I=I, H=H, O=O, M=M, K=K, weights=weights,
+                                 encoding="orthogonal" if encoding == "orthogonal" else "identity", seed=seed)
         teacher = sample_hyperteacher(cfg)
-        return cls(teacher, make_encoder(args.encoding, teacher, seed=args.seed), args.encoding, asdict(cfg))
+        return cls(teacher, make_encoder(encoding, teacher, seed=seed), encoding, asdict(cfg))
 
     @classmethod
     def paper_default(cls) -> HyperteacherFamily:
@@ -204,5 +224,5 @@ class HyperteacherFamily(TaskFamily):
                          construction.certificate(), probe)
 
 
-    def reference_for(self, args) -> Reference:
-        return self.reference(args.eps)
+    def reference_for(self, run) -> Reference:
+        return self.reference(run.task.eps)

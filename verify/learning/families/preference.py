@@ -6,12 +6,13 @@ accuracy `acc_all`. It has no construction to compare with."""
 from __future__ import annotations
 
 import math
-from dataclasses import asdict
+from dataclasses import asdict, dataclass, fields
 from typing import ClassVar
 
 import numpy as np
 
-from verify.learning.families.base import Batch, TaskFamily, parameter_dtype
+from verify import cli
+from verify.learning.families.base import Batch, TaskFamily, parameter_dtype, setting, switch
 from verify.learning.records import Metric
 
 # Encodings that need the hyperteacher's examples, refused here: the official code has no
@@ -70,12 +71,34 @@ def action_accuracy(logits, actions, mask) -> tuple[float, float]:
     return acc, acc_all
 
 
+@dataclass(frozen=True)
+class PreferenceSettings:
+    """The preference grid's own settings of a verify.sgd run (add_flags' --F --objects
+    --timelimit --discount --allow-M-above-F)."""
+
+    F: int = setting(16, cli.positive_int)  # feature types of the objects (num_features)
+    objects: int = setting(4, cli.positive_int)
+    timelimit: int = setting(8, cli.positive_int)  # value-iteration backups and steps per episode
+    discount: float = setting(0.9, cli.open_fraction)
+    allow_M_above_F: bool = setting(False, switch)  # a deviation from the official run.py (M ≤ F)
+
+    @property
+    def samples_per_task(self) -> int:
+        """A task is one episode: its rows are its steps (rows_of), whatever a run passes."""
+        return self.timelimit
+
+    @property
+    def eval_samples(self) -> int:
+        return self.timelimit
+
+
 class PreferenceFamily(TaskFamily):
     """The compositional preference grid (constructions.tasks.preference): imitation of a
     planner's actions, scored by per-step accuracy `acc` and whole-episode `acc_all`."""
 
     name = "preference"
-    settings = ("F", "objects", "timelimit", "discount", "allow_M_above_F")
+    Settings = PreferenceSettings
+    settings = tuple(f.name for f in fields(PreferenceSettings))
     optimiser: ClassVar[dict] = dict(lr=1e-4, weight_decay=1e-3)
     # The preference grid's run (configs/preference.py; the sweeps' seeds 1–3 rather than its
     # default 42): M = 16, K = 3, F = 32, 3M steps of 128 episodes, AdamW lr 1e-4, wd 1e-3, 2×1024.
@@ -106,7 +129,7 @@ class PreferenceFamily(TaskFamily):
     def add_flags(cls, parser) -> None:
         from verify.cli import open_fraction, positive_int
 
-        parser.add_argument("--F", type=positive_int, default=16,
+        parser.add_argument("--F", type=positive_int,
                             help="preference: feature types of the objects (num_features; default 16, the "
                                  "paper's sweeps use 16 and 32)")
         parser.add_argument("--allow-M-above-F", action="store_true",
@@ -114,38 +137,40 @@ class PreferenceFamily(TaskFamily):
                                  "from the official run.py, which requires num_preferences ≤ num_features: a "
                                  "task's rewards are basisᵀz, a projection of its M weights onto F "
                                  "dimensions, in which distinct tasks can coincide when F < M")
-        parser.add_argument("--objects", type=positive_int, default=4,
+        parser.add_argument("--objects", type=positive_int,
                             help=f"preference: objects in the grid, at most {MAX_OBJECTS} (default 4, the "
                                  "paper's)")
-        parser.add_argument("--timelimit", type=positive_int, default=8,
+        parser.add_argument("--timelimit", type=positive_int,
                             help="preference: value-iteration backups and steps per episode (default 8, the "
                                  "paper's)")
-        parser.add_argument("--discount", type=open_fraction, default=0.9,
+        parser.add_argument("--discount", type=open_fraction,
                             help="preference: the demonstrator's discount, in (0, 1) (default 0.9, the "
                                  "paper's)")
 
     @classmethod
-    def validate(cls, args) -> None:
+    def validate(cls, run) -> None:
         from verify.cli import UsageError
 
-        if args.encoding in HYPERTEACHER_ONLY_ENCODINGS:
-            raise UsageError(f"--encoding {args.encoding} is defined for the hyperteacher only: "
-                             f"{HYPERTEACHER_ONLY_ENCODINGS[args.encoding]}")
-        if args.objects > MAX_OBJECTS:
-            raise UsageError(f"--objects {args.objects}: at most {MAX_OBJECTS} objects fit the grid's "
+        task = run.task
+        if run.encoding in HYPERTEACHER_ONLY_ENCODINGS:
+            raise UsageError(f"--encoding {run.encoding} is defined for the hyperteacher only: "
+                             f"{HYPERTEACHER_ONLY_ENCODINGS[run.encoding]}")
+        if task.objects > MAX_OBJECTS:
+            raise UsageError(f"--objects {task.objects}: at most {MAX_OBJECTS} objects fit the grid's "
                              "19 free cells beside the agent")
-        if args.M > args.F and not args.allow_M_above_F:
-            raise UsageError(f"--M {args.M} > --F {args.F}: the official run.py requires M ≤ F (with fewer "
+        if run.M > task.F and not task.allow_M_above_F:
+            raise UsageError(f"--M {run.M} > --F {task.F}: the official run.py requires M ≤ F (with fewer "
                              "feature types than modules, distinct tasks' rewards can coincide); raise --F, "
                              "or pass --allow-M-above-F to deviate")
 
     @classmethod
-    def from_args(cls, args) -> PreferenceFamily:
+    def from_run(cls, run) -> PreferenceFamily:
         from constructions.tasks.preference import PreferenceConfig
 
-        cfg = PreferenceConfig(M=args.M, F=args.F, n_objects=args.objects, K=args.K, weights=args.weights,
-                               timelimit=args.timelimit, discount=args.discount, seed=args.seed)
-        return cls._of(cfg, args.encoding)
+        task = run.task
+        cfg = PreferenceConfig(M=run.M, F=task.F, n_objects=task.objects, K=run.K, weights=run.weights,
+                               timelimit=task.timelimit, discount=task.discount, seed=run.seed)
+        return cls._of(cfg, run.encoding)
 
     @classmethod
     def paper_default(cls) -> PreferenceFamily:
