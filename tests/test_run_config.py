@@ -18,7 +18,8 @@ from verify.studies import grids
 
 
 def test_the_command_line_and_build_give_the_same_frozen_run():
-    run = sgd.parse_args(["--M", "6", "--K", "3", "--eps", "0.05", "--shapes", "custom", "--widths", "8", "8"])
+    run = sgd.parse_args(["--M", "6", "--K", "3", "--eps", "0.05", "--shapes", "custom", "--widths", "8",
+                          "8"])
     assert run == SgdRun.build(dict(M=6, K=3, eps=0.05, shapes=["custom"], widths=[8, 8]))
     assert run.task == HyperteacherSettings(eps=0.05) and run.widths == (8, 8)
     with pytest.raises(dataclasses.FrozenInstanceError):
@@ -26,7 +27,8 @@ def test_the_command_line_and_build_give_the_same_frozen_run():
     # The defaults a direct construction leaves to the family are the family's.
     assert SgdRun().key() == sgd.parse_args([]).key() == SgdRun.build({}).key()
     preference = SgdRun(family="preference", shapes=("custom",), widths=(256, 256))
-    assert preference.task == PreferenceSettings() and (preference.lr, preference.weight_decay) == (1e-4, 1e-3)
+    assert preference.task == PreferenceSettings()
+    assert (preference.lr, preference.weight_decay) == (1e-4, 1e-3)
     assert preference.key() == sgd.parse_args(["--family", "preference"]).key()
 
 

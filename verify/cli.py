@@ -268,6 +268,18 @@ def place_flags(place: RunPlace | None, run_dir_flag: str) -> list[str]:
             *tracked]
 
 
+def parse_at(parse_args: Callable, parser: argparse.ArgumentParser, settings: dict,
+             place: RunPlace | None, run_dir_flag: str):
+    """The configuration of a program whose command line is its configuration (`parse_args`
+    of `parser`'s flags): `settings` by destination, to run at `place` (its folder given by
+    `run_dir_flag`), or with no place to replay. UsageError for a setting it refuses."""
+    try:
+        argv = [*argv_of(parser, settings), *place_flags(place, run_dir_flag)]
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    return parse_args(argv)
+
+
 # --- output files ------------------------------------------------------------------------
 
 def check_out_dir(path: str | os.PathLike, flag: str) -> Path:

@@ -1,6 +1,6 @@
 """Names and defaults the verify CLIs offer, importable without torch (so `--help` answers at once)."""
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 # Hidden-layer shapes of an SGD student: the construction's widths, two (or four) equal
 # layers with the same number of units, or widths given with --widths.
@@ -57,6 +57,19 @@ class MeasureBudget:
     def kwargs(self) -> dict:
         """The fields as measure_sup_error's keyword arguments (a dict callers can merge)."""
         return asdict(self)
+
+    def scaled(self, fraction: float) -> "MeasureBudget":
+        """This search cut to `fraction` of its cost: the random stage's tasks and the
+        ascent's steps (and so the line searches, which spend what the ascent did unless set)
+        × fraction, at least one of each; the stages stay as they are."""
+        if not 0 < fraction <= 1:
+            raise ValueError(f"MeasureBudget.scaled: the fraction must be in (0, 1], got {fraction}")
+        if fraction == 1:
+            return self
+        def cut(n):
+            return n if n is None or n == 0 else max(1, round(n * fraction))
+        return replace(self, max_tasks=cut(self.max_tasks), refine_steps=cut(self.refine_steps),
+                       line_evaluations=cut(self.line_evaluations))
 
 
 # The presets, every one here. The default is what verify.bound and the power test run.

@@ -216,21 +216,15 @@ def run_config(args) -> dict:
 
 def config_of(params: dict):
     """The run of a study's grid point (its parameters by flag destination)."""
-    return parse_args(_argv_of(params, None))
+    return cli.parse_at(parse_args, _parser(), params, None, "--out")
 
 
 def from_key(config: dict, place: cli.RunPlace | None = None):
     """The run a stored key stands for, to run at `place` (its saved pipeline in the run's
-    folder), or, with no place, to replay."""
+    folder), or, with no place, to replay (the key's `program` is no flag)."""
     dests = {a.dest for a in _parser()._actions}
-    return parse_args(_argv_of({k: v for k, v in config.items() if k in dests and v is not None}, place))
-
-
-def _argv_of(settings: dict, place: cli.RunPlace | None) -> list[str]:
-    try:
-        return [*cli.argv_of(_parser(), settings), *cli.place_flags(place, "--out")]
-    except ValueError as e:
-        raise UsageError(str(e)) from None
+    settings = {k: v for k, v in config.items() if k in dests and v is not None}
+    return cli.parse_at(parse_args, _parser(), settings, place, "--out")
 
 
 def command_line(args) -> list[str]:

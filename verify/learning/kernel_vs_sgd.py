@@ -165,20 +165,14 @@ def own_parameters(params: dict) -> dict:
 
 def config_of(params: dict):
     """The run of a study's grid point (its parameters by flag destination)."""
-    return parse_args(_argv_of(own_parameters(params), None))
+    return cli.parse_at(parse_args, build_parser(), own_parameters(params), None, "--save")
 
 
 def from_key(config: dict, place: cli.RunPlace | None = None):
     """The run a stored key stands for, to run at `place` (its files in the run's folder), or,
     with no place, to replay."""
-    return parse_args(_argv_of({k: v for k, v in config.items() if v is not None}, place))
-
-
-def _argv_of(settings: dict, place: cli.RunPlace | None) -> list[str]:
-    try:
-        return [*cli.argv_of(build_parser(), settings), *cli.place_flags(place, "--save")]
-    except ValueError as e:
-        raise UsageError(str(e)) from None
+    settings = {k: v for k, v in config.items() if v is not None}
+    return cli.parse_at(parse_args, build_parser(), settings, place, "--save")
 
 
 def command_line(args) -> list[str]:

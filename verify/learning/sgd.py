@@ -524,6 +524,7 @@ def finish(prep: Prepared, trained: dict, progress) -> dict:
                          hidden_units=int(sum(widths)) if widths else None,
                          parameters=parameter_count(result.net), probe_r2=probe,
                          train_seconds=result.seconds, final_loss=result.losses[-1][1],
+                         **({"sup_search": search} if (search := family.sup_search(result.net)) else {}),
                          **({"packed_with": result.config["packed_with"]} if "packed_with" in result.config
                             else {})))
     within = (None if prep.reference is None else
@@ -616,6 +617,9 @@ def behaviour(args) -> dict[str, list[float]]:
             probe_net = None if args.student == "hypernetwork" else untrained
             scored, probe = prep.family.score(f"sgd {shape}", untrained, prep.sides, args.seed, probe_net)
             out[f"sgd {shape} scores"] = _values(scored) + [v for _, v in (probe or [])]
+            search = prep.family.sup_search(net)  # a search cut below the full one (a short run's)
+            if search is not None:
+                out[f"sgd {shape} sup search"] = [search["fraction"]]
             result = train_student(prep.family, prep.split.train, net, prep.train, progress=False, threads=1,
                                    widths=widths, log_every=1, speed=prep.speed, stop_after=BEHAVIOUR_STEPS)
             out[f"sgd {shape} losses"] = [v for _, v in result.losses]  # the running loss after each step
@@ -724,7 +728,18 @@ def format_report(r: dict) -> str:
                          "its certificate (not a claim of the theorem)")
     else:
         lines += ["", f"no reference construction for the {family.name} family ({r['seconds']:.0f} s)"]
+    lines += [search_note(row) for row in r["rows"] if row.get("sup_search")]
     return "\n".join(lines)
+
+
+def search_note(row: dict) -> str:
+    """A line on a network's sup search cut below the full one (a short run's sequence student)."""
+    s = row["sup_search"]
+    return (f"{row['network']}: its sup error is searched with {s['fraction']:.1%} of the full search, in "
+            f"proportion to its training ({s['max_tasks']:,} tasks × {s['points_per_task']} points, then "
+            f"{s['refine_tasks']} × {s['refine_starts']} ascent paths of {s['refine_steps']} steps"
+            f"{', no line searches' if s['line_evaluations'] == 0 else ''}): a lower bound on its sup error, "
+            "as every search's is")
 
 
 def summary(reports: list[dict]) -> list[dict]:

@@ -197,6 +197,11 @@ class TaskFamily(ABC):
         when given, is the same network for the sampled metrics (R², RMSE, accuracy):
         metrics.on_device's copy on the training device; `f` (float64) serves the rest."""
 
+    def sup_search(self, f) -> dict | None:
+        """How the network f's sup error was searched, where its report should say so (a
+        search cut below the full one); None by default."""
+        return None
+
     def reference_for(self, run) -> Reference | None:
         """The network a run's students are compared with; None when the family has none."""
         return None
