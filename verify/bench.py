@@ -199,29 +199,41 @@ def ray_overhead(study: str = "task-support") -> dict:
                 overhead_s=seconds["ray"] - seconds["serial"])
 
 
+# What the table showed on the project's idle 2-core machine (~2 min), value against target:
+# verify.bound --M 32 --eps 1e-3, 5.92 s ≤ 10; dense ÷ structured forward (batch 2048, 177,712
+# units), 170.15× ≥ 20; verify.bound --construction deep --eps 1e-6, 33.00 s ≤ 60; shallow ÷
+# deep units (5,613,104 / 14,560), 385.52× ≥ 100; verify.bound --M 1024 --eps 1e-5, 16.93 s ≤ 60
+# at 0.90 GiB ≤ 4; the training step's model ÷ GEMM FLOP/s 0.80 ≥ 0.5, its batch's share
+# 0.01 ≤ 0.1; the preference grid's batch share 0.05 ≤ 0.1; Ray's overhead 0.02 ≤ 0.05 of a
+# 150 s run (dense vs structured max |diff| 3.1e-14; dense 5122.9 ms, structured 30.11 ms).
+# The paper's training step (a 4×1024 MLP, 128 tasks × 16 samples) reached 0.80 of a plain
+# float32 GEMM's FLOP/s of the same width measured in the same run, and making its batch
+# (supports, weights, x and the teacher's targets, in torch where training runs) took 1% of
+# the step; at 0.27 s a step, one paper-scale run (300k steps) is ~23 hours there. The
+# preference grid's paper step (a 2×1024 MLP on 128 demonstrated episodes): value iteration,
+# rollout and observations for the batch took 5% of the 102 ms step. The Ray line runs the
+# task-support smoke study serially and on a one-worker local cluster: Ray's 6.4 extra seconds
+# (start-up included) over 2 runs is ≤ 2% of a 150 s cpu-scale run. The forward speed-up
+# varies between runs on a shared machine (107–172× when busy, 170–390× idle).
 def measure(args) -> tuple[list[dict], dict]:
-    """The rows of the table, and the forward-speed details.
-
-    The table on the project's idle 2-core machine (~2 min), value against target: verify.bound
-    --M 32 --eps 1e-3, 5.92 s ≤ 10; dense ÷ structured forward (batch 2048, 177,712 units),
-    170.15× ≥ 20; verify.bound --construction deep --eps 1e-6, 33.00 s ≤ 60; shallow ÷ deep
-    units (5,613,104 / 14,560), 385.52× ≥ 100; verify.bound --M 1024 --eps 1e-5, 16.93 s ≤ 60
-    at 0.90 GiB ≤ 4; the training step's model ÷ GEMM FLOP/s 0.80 ≥ 0.5, its batch's share
-    0.01 ≤ 0.1; the preference grid's batch share 0.05 ≤ 0.1; Ray's overhead 0.02 ≤ 0.05 of a
-    150 s run (dense vs structured max |diff| 3.1e-14; dense 5122.9 ms, structured 30.11 ms).
-
-    What the rows showed on that machine: the
-    paper's training step (a 4×1024 MLP, 128 tasks × 16 samples) reached 0.80 of a plain float32
-    GEMM's FLOP/s of the same width measured in the same run, and making its batch (supports,
-    weights, x and the teacher's targets, in torch where training runs) took 1% of the step; at
-    0.27 s a step, one paper-scale run (300k steps) is ~23 hours there. The preference grid's
-    paper step (a 2×1024 MLP on 128 demonstrated episodes): value iteration, rollout and
-    observations for the batch took 5% of the 102 ms step (4.6% of a 108 ms step in another
-    run). The Ray line runs the task-support smoke study serially and on a one-worker local
-    cluster: Ray's 6.4 extra seconds (start-up included) over 2 runs is ≤ 2% of a 150 s
-    cpu-scale run. The forward speed-up varies between runs on a shared machine (107–172× when
-    busy, 170–390× idle)."""
+    """The rows of the table, each judged against its target, and the forward-speed details."""
     progress, threads = False if args.no_progress else None, args.threads
+    rows, fwd = _bound_rows(args, threads, progress)
+    rows += _training_rows(args, progress)
+    rows += _kernel_and_ray_rows(args, progress)
+    for r in rows:
+        better = r.get("higher_is_better", False)
+        # A run that failed met no target, however fast it failed; a value that could not be
+        # measured (nan) misses its target too.
+        met = (r["value"] >= r["target"]) if better else (r["value"] <= r["target"])
+        r["ok"] = bool(met and r.get("exit", 0) == 0)
+        r["ratio_to_target"] = r["value"] / r["target"]
+    return rows, fwd
+
+
+def _bound_rows(args, threads, progress) -> tuple[list[dict], dict]:
+    """verify.bound's processes (M = 32 at 1e-3, the deep construction at 1e-6, M = 1024 at
+    1e-5) and the dense ÷ structured forward."""
     rows = []
     with cli.phase("verify.bound --M 32 --eps 1e-3", progress):
         wall, rss, code = run_bound(["--M", "32", "--eps", "1e-3"], threads)
@@ -249,6 +261,13 @@ def measure(args) -> tuple[list[dict], dict]:
         rows.append(dict(what="verify.bound --M 1024 --eps 1e-5 (whole process)", value=wall, unit="s",
                          target=60.0, peak_gib=rss, exit=code))
         rows.append(dict(what="  peak memory of that run", value=rss, unit="GiB", target=4.0))
+    return rows, fwd
+
+
+def _training_rows(args, progress) -> list[dict]:
+    """The paper's training step against a plain GEMM, and the share of a step its batch
+    takes, for the hyperteacher and the preference grid."""
+    rows = []
     widths = [256] * 4 if args.quick else [1024] * 4
     with cli.phase(f"training steps of a {len(widths)}×{widths[0]} MLP", progress):
         tr = training_speed(widths, steps=3 if args.quick else 5, repeats=args.repeats)
@@ -266,6 +285,12 @@ def measure(args) -> tuple[list[dict], dict]:
     rows.append(dict(what=f"preference grid, {len(pref_widths)}×{pref_widths[0]} MLP, 128 episodes × 8 "
                           f"steps: share of the step ({pr['step_s'] * 1e3:.0f} ms) spent making its batch",
                      value=pr["data_share"], unit="", target=0.10, detail=pr))
+    return rows
+
+
+def _kernel_and_ray_rows(args, progress) -> list[dict]:
+    """Kernel regression's time on KERNEL_ROWS rows, and Ray's overhead on a smoke study."""
+    rows = []
     kernel_rows = 2_000 if args.quick else KERNEL_ROWS
     with cli.phase(f"kernel regression on {kernel_rows:,} rows", progress):
         kr = kernel_solve_time(kernel_rows)
@@ -275,8 +300,8 @@ def measure(args) -> tuple[list[dict], dict]:
     try:
         import ray  # noqa: F401
     except ImportError:
-        ray = None
-    if ray is not None and not args.quick:
+        return rows
+    if not args.quick:
         with cli.phase("a smoke study, serial and on Ray (1 worker)", progress):
             ov = ray_overhead()
         # At cpu scale a run takes ~150 s (measured, verify/studies/*.yaml). Counting Ray's
@@ -286,14 +311,7 @@ def measure(args) -> tuple[list[dict], dict]:
         rows.append(dict(what=f"Ray overhead {per_run:.1f} s a run (smoke: serial {ov['serial_s']:.1f} s, "
                               f"Ray {ov['ray_s']:.1f} s) / a 150 s cpu run", value=per_run / 150, unit="",
                          target=0.05, detail=ov))
-    for r in rows:
-        better = r.get("higher_is_better", False)
-        # A run that failed met no target, however fast it failed; a value that could not be
-        # measured (nan) misses its target too.
-        met = (r["value"] >= r["target"]) if better else (r["value"] <= r["target"])
-        r["ok"] = bool(met and r.get("exit", 0) == 0)
-        r["ratio_to_target"] = r["value"] / r["target"]
-    return rows, fwd
+    return rows
 
 
 def format_table(rows: list[dict], fwd: dict, threads: int) -> str:
