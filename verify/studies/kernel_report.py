@@ -203,6 +203,27 @@ def format_markdown(table: dict, runs: bool = True) -> str:
     return "\n".join(lines)
 
 
+def format_compact(table: dict) -> str:
+    """The study's README block (verify.studies.summary): each encoding's kernel limits, its
+    widest trained and linearised networks, and the trend verdicts (format_markdown's report,
+    less its tables)."""
+    lines = []
+    for g in table["gaps"]:
+        mine = [c for c in table["cells"] if c["encoding"] == g["encoding"]]
+        shown = [c for c in mine if c["width"] is None] + [c for c in map(_widest, [mine] * 2,
+                                                                           ("trained", "linearised")) if c]
+        cells = ", ".join(f"{c['method']}{'' if c['width'] is None else ' ×' + str(c['width'])} "
+                          f"{_iv(c['held_out_r2'])}" for c in shown)
+        t, lin = g["trend"]["trained_minus_ntk_slope"], g["trend"]["linearised_distance_slope"]
+        lines.append(f"- {g['encoding']}: held-out R² {cells}. Per doubling of width, trained − NTK "
+                     f"{_iv(t)} **{t['verdict']}**, |linearised − NTK| {_iv(lin)} **{lin['verdict']}**")
+    return "\n".join(lines + [f"- {n}" for n in table["notes"]])
+
+
+def _widest(cells: list[dict], method: str) -> dict | None:
+    return max((c for c in cells if c["method"] == method), key=lambda c: c["width"], default=None)
+
+
 def _cell(v) -> str:
     return "—" if v is None else f"{v:.4f}" if isinstance(v, float) else str(v)
 
