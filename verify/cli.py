@@ -466,9 +466,13 @@ def main_of(prog: str, parse: Callable[[list[str]], object], work: Callable[[obj
     """Parse, then work, and turn every way of ending into its exit code (see the module
     docstring). `parse` raises UsageError for bad input and must not start the work;
     `work` returns 0 or 1 and may raise UsageError for what only the work can find out."""
+    interrupted, winding_down = _catch_every_interrupt(), False
     try:
         args = parse(sys.argv[1:] if argv is None else list(argv))
-        return work(args)
+        code = work(args)
+        if interrupted.is_set():  # a Ctrl-C that Python swallowed (see _catch_every_interrupt)
+            raise KeyboardInterrupt
+        return code
     except UsageError as e:
         _stderr(f"{prog}: error: {e} (see --help)")
         return EXIT_USAGE
@@ -476,6 +480,7 @@ def main_of(prog: str, parse: Callable[[list[str]], object], work: Callable[[obj
         # Once interrupted, the process only winds down: a SIGINT tripped again before it
         # ends (seen in CI) would otherwise surface after main() as an unhandled
         # KeyboardInterrupt, and Python would end the process by the signal, not exit 130.
+        winding_down = True
         signal.signal(signal.SIGINT, lambda signum, frame: None)
         _stderr(f"{prog}: interrupted; no output file was left half-written")
         return EXIT_INTERRUPTED
@@ -490,6 +495,48 @@ def main_of(prog: str, parse: Callable[[list[str]], object], work: Callable[[obj
         traceback.print_exc()
         _stderr(f"{prog}: internal error (a bug, not your input); please report the traceback above")
         return EXIT_INTERNAL
+    finally:
+        if not winding_down:
+            _restore_interrupts()
+
+
+_SAVED_INTERRUPTS: list = []
+
+
+def _catch_every_interrupt() -> threading.Event:
+    """An Event set by every SIGINT, which still raises KeyboardInterrupt as Python's own
+    handler does. Python swallows an exception raised while it runs a weakref callback or a
+    __del__ (the garbage collector, during matplotlib's drawing, say), printing "Exception
+    ignored in …" and going on: main_of then finds the Event set when the work returns and
+    ends as interrupted, and the swallowed KeyboardInterrupt prints nothing (seen once in CI:
+    a figure run that was sent Ctrl-C exited 0). Only in the main thread (where signals are
+    delivered); restored when main_of returns other than by Ctrl-C."""
+    interrupted = threading.Event()
+    if threading.current_thread() is not threading.main_thread():
+        return interrupted
+
+    def on_sigint(signum, frame):
+        interrupted.set()
+        raise KeyboardInterrupt
+
+    previous_hook = sys.unraisablehook
+
+    def unraisable(hook_args):
+        if not issubclass(hook_args.exc_type, KeyboardInterrupt):
+            previous_hook(hook_args)
+
+    _SAVED_INTERRUPTS.append((signal.signal(signal.SIGINT, on_sigint), previous_hook))
+    sys.unraisablehook = unraisable
+    return interrupted
+
+
+def _restore_interrupts() -> None:
+    """Python's SIGINT handler and unraisable hook as they were before main_of (for callers
+    that run several CLIs in one process: the tests)."""
+    while _SAVED_INTERRUPTS:
+        handler, hook = _SAVED_INTERRUPTS.pop()
+        signal.signal(signal.SIGINT, handler)
+        sys.unraisablehook = hook
 
 
 def exit(code: int) -> None:
