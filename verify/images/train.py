@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import math
 import os
 import re
 import shutil
@@ -45,32 +44,31 @@ import numpy as np
 
 from verify import cli
 from verify.cli import UsageError, non_negative_float, non_negative_int, positive_float, positive_int
+from verify.images.image_run import (
+    DEFAULT_FRACTIONS,
+    PREDICTIONS,
+    PRESET_NAMES,
+    PROGRAM,
+    ImageRun,
+    ImageRuntime,
+    fraction_below_one,
+    objects_per_image,
+    pattern,
+)
 from verify.learning import tracking
+from verify.learning.settings import setting_fields
 
 PROG = "python -m verify.images.train"
-PROGRAM = "verify.images.train"
-PRESET_NAMES = ("tiny", "small", "base", "large")  # verify.images.denoiser.PRESETS, without importing it
-DEFAULT_FRACTIONS = (0.3, 0.5, 0.7, 1.0)  # verify.images.activations.DEFAULT_FRACTIONS
-PREDICTIONS = ("epsilon", "v_prediction", "sample")  # verify.images.denoiser.PREDICTIONS
 # Settings that do not change a run's result, left out of its configuration's key.
 RUNTIME = ("threads", "no_progress", "json", "out", "device", "log", "log_group", "log_name")
-# Flags resolved into others, left out of the key too: --held-out becomes train_combinations.
-RESOLVED = ("held_out",)
 DEFAULT_OUT = Path("out") / "images-train"  # relative to the working folder; a run goes in <key[:12]>/
 GENERATE_BATCH = 64
 SAMPLES = 8  # held-out images kept in the report (the first seed of the first prompts), for the figure
 
 
-def _fraction_below_one(text: str) -> float:
-    value = cli.non_negative_float(text)
-    if value >= 1:
-        raise argparse.ArgumentTypeError(f"expected a number in [0, 1), got {text!r}")
-    return value
-
-
 def build_parser() -> cli.Parser:
     p = cli.Parser(PROG, __doc__)
-    p.add_argument("--objects", type=int, choices=(1, 2), default=1,
+    p.add_argument("--objects", type=objects_per_image, choices=(1, 2), default=1,
                    help="objects per image: 1 (64 combinations) or 2 (1,536) (default 1)")
     cover = p.add_mutually_exclusive_group()
     cover.add_argument("--held-out", type=cli.open_fraction,
@@ -99,7 +97,7 @@ def build_parser() -> cli.Parser:
     p.add_argument("--lr", type=positive_float, default=1e-3, help="AdamW learning rate (default 1e-3)")
     p.add_argument("--weight-decay", type=non_negative_float, default=0.01,
                    help="AdamW weight decay (default 0.01)")
-    p.add_argument("--p-uncond", type=_fraction_below_one, default=0.1,
+    p.add_argument("--p-uncond", type=fraction_below_one, default=0.1,
                    help="probability of training on the empty prompt, for classifier-free guidance, in "
                         "[0, 1) (default 0.1)")
     p.add_argument("--seed", type=cli.seed, default=0,
@@ -115,7 +113,7 @@ def build_parser() -> cli.Parser:
     p.add_argument("--eval-prompts", type=non_negative_int, default=32,
                    help="training and held-out prompts analysed, each side, drawn at random when a side "
                         "has more; 0: all (default 32)")
-    p.add_argument("--layers", nargs="+", metavar="PATTERN",
+    p.add_argument("--layers", type=pattern, nargs="+", metavar="PATTERN",
                    help="regular expressions for the UNet modules to record, matched against the full "
                         "module name (default: every resnet, attention, down- and upsampler of the "
                         "blocks); the text encoder is always recorded")
@@ -135,101 +133,75 @@ def build_parser() -> cli.Parser:
     return p
 
 
-def _n_combinations(objects: int) -> int:
-    from constructions.tasks.images import COLOURS, POSITIONS, SHAPES
-
-    looks = len(SHAPES) * len(COLOURS)
-    return math.comb(len(POSITIONS), objects) * looks**objects
-
-
 @functools.cache
 def _parser() -> cli.Parser:
-    """One parser for every parse (a study resolves many runs)."""
-    return build_parser()
+    """One parser for every parse (a study resolves many runs), with the settings' defaults
+    left to ImageRun (what was typed is what is given)."""
+    parser = build_parser()
+    names = set(setting_fields(ImageRun))
+    for action in parser._actions:
+        if action.dest in names:
+            action.default = argparse.SUPPRESS
+    return parser
 
 
-def parse_args(argv=None):
-    from verify.cli import check_device
-    from verify.images.activations import DEFAULT_PATTERNS, steps_for
-
+def parse_args(argv=None) -> ImageRun:
+    """The run the command line asks for; one line and exit 2 for bad input, before any work
+    (nothing is created while parsing)."""
     argv = sys.argv[1:] if argv is None else list(argv)
-    args = _parser().parse_args(argv)
-    n = _n_combinations(args.objects)
-    if args.train_combinations is None:
-        fraction = 0.3 if args.held_out is None else args.held_out
-        n_test = math.ceil(fraction * n)
-        if n_test >= n:
-            raise UsageError(f"--held-out {fraction:g} of {n} combinations leaves no training combination")
-        args.train_combinations = n - n_test
-    elif args.train_combinations >= n:
-        raise UsageError(f"--train-combinations {args.train_combinations} leaves no held-out combination: "
-                         f"the {args.objects}-object family has {n}")
-    _resolve_size(args)
-    args.layers = list(args.layers or DEFAULT_PATTERNS)
-    for pattern in args.layers:
-        try:
-            re.compile(pattern)
-        except re.error as e:
-            raise UsageError(f"--layers {pattern!r} is not a regular expression: {e}") from None
-    steps_for(args.fractions, args.sample_steps)  # UsageError for fractions outside [0, 1]
-    args.fractions = [float(f) for f in args.fractions]
-    check_device(args.device)
+    ns = _parser().parse_args(argv)
+    names = set(setting_fields(ImageRun))
+    run = ImageRun.build({k: v for k, v in vars(ns).items() if k in names})
     try:
-        args.log = tracking.spec_of(args, PROGRAM, f"seed{args.seed}")
+        log = tracking.spec_of(ns, PROGRAM, f"seed{run.seed}")
     except ValueError as e:
         raise UsageError(str(e)) from None
-    if args.out is None:
-        from verify.studies.store import config_key
-
-        args.out = str(DEFAULT_OUT / config_key(run_config(args))[:12])
-    cli.check_out_dir(args.out, "--out")  # nothing is created while parsing
-    return args
+    return run.replace(runtime=runtime_at(run, ns.out, ns.device, threads=ns.threads,
+                                          no_progress=ns.no_progress, json=ns.json, log=log))
 
 
-def _resolve_size(args) -> None:
-    """The preset's sizes, with the explicit flags in their place; UsageError for sizes the
-    UNet cannot take (checked without importing torch)."""
-    from verify.images.denoiser import PRESETS, check_size
+def runtime_at(run: ImageRun, out: str | None, device: str, **rest) -> ImageRuntime:
+    """The runtime that writes into `out` (default: DEFAULT_OUT/<the key's first 12>), on
+    `device`, both checked."""
+    from verify.studies.store import config_key
 
-    size = dict(PRESETS[args.preset])
-    for key in ("channels", "layers_per_block", "text_hidden", "text_layers"):
-        if getattr(args, key) is not None:
-            size[key] = getattr(args, key)
-    size["channels"] = [int(c) for c in size["channels"]]
-    try:
-        check_size(size)
-    except ValueError as e:
-        raise UsageError(f"--preset {args.preset} with the size flags given: {e}") from None
-    for key, value in size.items():
-        setattr(args, key, value)
+    cli.check_device(device)
+    out = str(DEFAULT_OUT / config_key(run.key())[:12]) if out is None else out
+    cli.check_out_dir(out, "--out")  # nothing is created while parsing
+    return ImageRuntime(out=out, device=device, **rest)
 
 
-def run_config(args) -> dict:
-    """A run's resolved configuration, as a study keys it: every setting but the runtime ones
-    (the split is keyed by its number of training combinations, whichever flag gave it)."""
-    config = {k: (list(v) if isinstance(v, tuple) else v) for k, v in sorted(vars(args).items())
-              if k not in RUNTIME and k not in RESOLVED}
-    return {"program": PROGRAM, **config}
+def run_config(run: ImageRun) -> dict:
+    """A run's resolved configuration, as a study keys it (ImageRun.key): every setting but
+    the runtime ones (the split is keyed by its number of training combinations, whichever
+    setting gave it)."""
+    return run.key()
 
 
 # --- a study's run (verify.studies.interfaces.StudyProgram) ---------------------------------
 
-def config_of(params: dict):
-    """The run of a study's grid point (its parameters by flag destination)."""
-    return cli.parse_at(parse_args, _parser(), params, None, "--out")
+def config_of(params: dict) -> ImageRun:
+    """The run of a study's grid point (its parameters by name, as the study file types them)."""
+    return ImageRun.build(params)
 
 
-def from_key(config: dict, place: cli.RunPlace | None = None):
-    """The run a stored key stands for, to run at `place` (its saved pipeline in the run's
-    folder), or, with no place, to replay (the key's `program` is no flag)."""
-    dests = {a.dest for a in _parser()._actions}
-    settings = {k: v for k, v in config.items() if k in dests and v is not None}
-    return cli.parse_at(parse_args, _parser(), settings, place, "--out")
+def from_key(config: dict, place: cli.RunPlace | None = None) -> ImageRun:
+    """The run a stored key stands for, to run at `place` (one thread, quiet, its saved
+    pipeline in the run's folder, its tracker if any), or, with no place, to replay."""
+    run = ImageRun.build(config)
+    if place is None:
+        return run.replace(runtime=ImageRuntime(no_progress=True))
+    try:
+        log = tracking.parse_log(list(place.log), place.log_group, place.log_name) if place.log else None
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    return run.replace(runtime=runtime_at(run, place.run_dir, place.device, threads=1, no_progress=True,
+                                          log=log))
 
 
-def command_line(args) -> list[str]:
-    """The flags that reproduce the run `args`."""
-    return cli.argv_of(_parser(), {k: v for k, v in run_config(args).items() if k != "program"})
+def command_line(run: ImageRun) -> list[str]:
+    """The flags that reproduce `run`."""
+    return cli.argv_of(_parser(), {k: v for k, v in run.key().items() if k != "program"})
 
 
 # --- the run -----------------------------------------------------------------------------------
@@ -288,7 +260,7 @@ def _build(args, scene):
     (only now known, but before any training)."""
     from verify.images import denoiser
 
-    size = {k: getattr(args, k) for k in ("channels", "layers_per_block", "text_hidden", "text_layers")}
+    size = args.size()
     with tempfile.TemporaryDirectory() as tok_folder:
         pipe = denoiser.build(scene, denoiser.resolve_size(args.preset, **size), args.seed, tok_folder,
                               args.prediction)
@@ -308,7 +280,7 @@ def _train(args, pipe, scene, combos, train_rows, progress, tracker=None) -> dic
         return denoiser.train(pipe, scenes.render(scene, combos[train_rows]),
                               scenes.prompts(scene, combos[train_rows]), steps=args.steps, batch=args.batch,
                               lr=args.lr, weight_decay=args.weight_decay, p_uncond=args.p_uncond,
-                              seed=args.seed, device=args.device, progress=lambda s: bar.update(1),
+                              seed=args.seed, device=args.runtime.device, progress=lambda s: bar.update(1),
                               tracker=tracker)
 
 
@@ -330,9 +302,9 @@ def _run(args) -> dict:
     from verify.images.judges import ExactJudge
 
     start, seconds = time.perf_counter(), {}
-    progress = False if args.no_progress else None
-    threads = cli.set_threads(args.threads, cli.default_threads(True))
-    out = cli.prepare_out_dir(args.out, "--out", force=None)
+    progress = False if args.runtime.no_progress else None
+    threads = cli.set_threads(args.runtime.threads, cli.default_threads(True))
+    out = cli.prepare_out_dir(args.runtime.out, "--out", force=None)
     scene = scenes.Scene(n_objects=args.objects)
     split = _split(scene, args.train_combinations, args.split_seed)
     combos = scenes.combinations(scene)
@@ -346,7 +318,7 @@ def _run(args) -> dict:
     pipe, size = timed("build", _build, args, scene)
     n_params = {"unet": denoiser.parameters(pipe.unet),
                 "text_encoder": denoiser.parameters(pipe.text_encoder)}
-    tracker = tracking.open_tracker(args.log, run_config(args))
+    tracker = tracking.open_tracker(args.runtime.log, run_config(args))
     training = timed("train", _train, args, pipe, scene, combos, split.train, progress, tracker)
     seconds["per_step"] = seconds["train"] / args.steps
     folder = out / "pipeline"
@@ -354,7 +326,7 @@ def _run(args) -> dict:
     del pipe
     # The analysis: the saved folder, read back as any pipeline would be, analysed as
     # `python -m verify.images analyse` analyses one (the same code).
-    pipe = timed("load", pipeline.load, folder, args.device)
+    pipe = timed("load", pipeline.load, folder, args.runtime.device)
     seen = analyse.subset(split.train, args.eval_prompts, args.split_seed, 0)
     unseen = analyse.subset(split.test, args.eval_prompts, args.split_seed, 1)
     settings = analyse.Settings(n_seeds=args.n_seeds, steps=args.sample_steps, guidance=args.guidance,
@@ -422,8 +394,6 @@ def behaviour(args) -> dict[str, list[float]]:
       (each layer's held-out and training F1) and `success` (the judge's rate a side).
 
     One thread, on the CPU, whatever the run used (a few seconds for the tiny preset)."""
-    import copy
-
     import torch
 
     from constructions.tasks import images as scenes
@@ -442,8 +412,7 @@ def behaviour(args) -> dict[str, list[float]]:
             pipe, _ = _build(args, scene)
             out["parameters"] = [float(denoiser.parameters(pipe.unet)),
                                  float(denoiser.parameters(pipe.text_encoder))]
-            short = copy.copy(args)
-            short.steps, short.device = BEHAVIOUR_STEPS, "cpu"
+            short = args.replace(steps=BEHAVIOUR_STEPS, runtime=ImageRuntime())
             training = _train(short, pipe, scene, scenes.combinations(scene), split.train, False)
             out["losses"] = [p["loss"] for p in training["loss_curve"]]  # one step a window
             folder = Path(tmp) / "pipeline"
@@ -503,7 +472,7 @@ def format_report(r: dict) -> str:
 
 def work(args) -> int:
     report = run(args)
-    cli.emit(cli.to_json(report) if args.json else format_report(report))
+    cli.emit(cli.to_json(report) if args.runtime.json else format_report(report))
     return cli.EXIT_OK
 
 

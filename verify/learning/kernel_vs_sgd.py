@@ -17,12 +17,17 @@ Exit codes: 0 done, 2 usage error, 3 internal error, 130 interrupted.
 
 from __future__ import annotations
 
+import argparse
 import copy
+import dataclasses
+import functools
 import math
 import os
 import time
+from dataclasses import dataclass, field
 
 from constructions.names import ENCODING_NAMES, SPLITS
+from constructions.tasks.names import WEIGHTS
 from verify import cli
 from verify.cli import (
     UsageError,
@@ -33,6 +38,17 @@ from verify.cli import (
     positive_int,
 )
 from verify.learning.families import HyperteacherFamily
+from verify.learning.settings import (
+    check_fields,
+    checked,
+    choice,
+    flag,
+    given_settings,
+    runtime_of,
+    setting,
+    setting_fields,
+    switch,
+)
 
 METHODS = ("ntk", "nngp", "linearised", "trained")
 KERNEL_METHODS = ("ntk", "nngp")
@@ -101,31 +117,124 @@ def build_parser() -> cli.Parser:
 
 # Settings that do not change a result, left out of a study's key.
 RUNTIME = ("threads", "no_progress", "json", "save", "device")
+# What a method that reads a setting of APPLIES takes when it is not given.
+METHOD_DEFAULTS = dict(width=256, parametrization="standard", tasks=512, ladder=False, jitter=1e-10,
+                       steps=1500, tasks_per_batch=32, lr=HyperteacherFamily.optimiser["lr"],
+                       weight_decay=HyperteacherFamily.optimiser["weight_decay"], probe_rows=256)
 
 
-def parse_args(argv=None):
+@dataclass(frozen=True)
+class KernelRuntime:
+    """How a run executes: the settings a study's key leaves out."""
+
+    threads: int | None = None
+    no_progress: bool = False
+    json: bool = False
+    save: str | None = None
+    device: str = "cpu"
+
+
+@dataclass(frozen=True)
+class KernelRun:
+    """The settings of one verify.kernel run that decide its numbers: what a study's key
+    hashes (`key()`). A setting of APPLIES that the method reads takes METHOD_DEFAULTS's
+    value when it is not set; one set for a method that does not read it is refused. Checked
+    on construction (`__post_init__`: each value by its flag's validator, the rules between
+    settings), so a `replace` is checked too; every refusal is one line (UsageError)."""
+
+    M: int = setting(8, positive_int)
+    K: int = setting(2, positive_int)
+    I: int = setting(4, positive_int)  # noqa: E741 (the paper's name)
+    H: int = setting(4, positive_int)
+    O: int = setting(4, positive_int)  # noqa: E741
+    weights: str = setting("discrete", choice(WEIGHTS))
+    encoding: str = setting("identity", choice(ENCODING_NAMES))
+    seed: int = setting(0, cli.seed)
+    method: str = setting("ntk", choice(METHODS))
+    split: str = setting("random", choice(SPLITS))
+    held_out: float = setting(0.25, open_fraction)
+    depth: int = setting(4, positive_int)
+    samples_per_task: int = setting(16, positive_int)
+    eval_tasks: int = setting(1024, positive_int)
+    eval_samples: int = setting(16, positive_int)
+    extra_modules: int = setting(0, non_negative_int)
+    # read by some methods only (APPLIES); None: the method's default, or not read
+    width: int | None = setting(None, positive_int, optional=True)
+    parametrization: str | None = setting(None, choice(PARAMETRIZATIONS), optional=True)
+    tasks: int | None = setting(None, positive_int, optional=True)
+    ladder: bool | None = setting(None, switch, optional=True)
+    jitter: float | None = setting(None, non_negative_float, optional=True)
+    steps: int | None = setting(None, positive_int, optional=True)
+    tasks_per_batch: int | None = setting(None, positive_int, optional=True)
+    lr: float | None = setting(None, positive_float, optional=True)
+    weight_decay: float | None = setting(None, non_negative_float, optional=True)
+    probe_rows: int | None = setting(None, positive_int, optional=True)
+    runtime: KernelRuntime = field(default_factory=KernelRuntime, compare=False, repr=False)
+
+    def __post_init__(self):
+        method = checked("method", self.method, choice(METHODS))
+        for name, methods in APPLIES.items():
+            value = getattr(self, name)
+            if method in methods and value is None:
+                object.__setattr__(self, name, METHOD_DEFAULTS[name])
+            elif method not in methods and value is not None:
+                raise UsageError(f"{flag(name)} does not apply to --method {method}")
+        check_fields(self)
+        if self.K > self.M:
+            raise UsageError(f"--K must be at most --M (got K={self.K}, M={self.M})")
+        if self.encoding.startswith("fewshot"):
+            raise UsageError(f"--encoding {self.encoding}: a kernel reads fixed rows [e(z), x], and "
+                             "fewshot's e(z) is drawn anew at every call")
+
+    @classmethod
+    def build(cls, given: dict, runtime: KernelRuntime | None = None) -> KernelRun:
+        """The run of the settings `given` (by name, typed as a study file or the command line
+        types them; None counts as not given), the rest at their defaults."""
+        return cls(**given_settings(cls, given, "verify.kernel"), runtime=runtime or KernelRuntime())
+
+    def key(self) -> dict:
+        """The run's configuration as a study keys it: the settings its method reads, sorted."""
+        return {k: getattr(self, k) for k in sorted(setting_fields(self)) if getattr(self, k) is not None}
+
+    def replace(self, **changes) -> KernelRun:
+        """A copy with `changes` (settings or `runtime`), checked as a new run is."""
+        return dataclasses.replace(self, **changes)
+
+
+@functools.cache
+def _parser() -> cli.Parser:
+    """The parser, with the settings' defaults left to KernelRun (what was typed is what is
+    given: a flag of another method is refused only when typed)."""
+    parser = build_parser()
+    names = set(setting_fields(KernelRun))
+    for action in parser._actions:
+        if action.dest in names:
+            action.default = argparse.SUPPRESS
+    return parser
+
+
+def parse_args(argv=None) -> KernelRun:
+    """The run the command line asks for; one line and exit 2 for bad input, before any work
+    (and before --save is made)."""
     import sys
 
     argv = sys.argv[1:] if argv is None else list(argv)
-    args = build_parser().parse_args(argv)
-    kernel = args.method in KERNEL_METHODS
-    if args.K > args.M:
-        raise UsageError(f"--K must be at most --M (got K={args.K}, M={args.M})")
-    for dest, methods in APPLIES.items():
-        flag = "--" + dest.replace("_", "-")
-        if args.method not in methods and any(t == flag or t.startswith(flag + "=") for t in argv):
-            raise UsageError(f"{flag} does not apply to --method {args.method}")
-    if not kernel and args.width is None:
-        args.width = 256
-    if args.encoding.startswith("fewshot"):
-        raise UsageError(f"--encoding {args.encoding}: a kernel reads fixed rows [e(z), x], and fewshot's "
-                         "e(z) is drawn anew at every call")
-    cli.check_device(args.device)
-    if kernel:
-        _check_memory(args.tasks * args.samples_per_task, args.depth)
-    if args.save:
-        args.save = cli.prepare_out_dir(args.save, "--save", force=True)
-    return args
+    ns = _parser().parse_args(argv)
+    names = set(setting_fields(KernelRun))
+    run = KernelRun.build({k: v for k, v in vars(ns).items() if k in names}, runtime_of(KernelRuntime, ns))
+    check_runnable(run)
+    if ns.save:
+        run = run.replace(runtime=dataclasses.replace(
+            run.runtime, save=str(cli.prepare_out_dir(ns.save, "--save", force=True))))
+    return run
+
+
+def check_runnable(run: KernelRun) -> None:
+    """What the machine must offer the run: its device, and for a kernel limit the memory of
+    its solve (estimated before any work)."""
+    cli.check_device(run.runtime.device)
+    if run.method in KERNEL_METHODS:
+        _check_memory(run.tasks * run.samples_per_task, run.depth)
 
 
 def available_bytes() -> int:
@@ -150,10 +259,9 @@ def _check_memory(rows: int, depth: int) -> None:
                          f"{have / 2**30:.1f} GiB available; lower --tasks or --samples-per-task")
 
 
-def run_config(args) -> dict:
-    """A run's resolved configuration, as a study keys it: the settings its method reads."""
-    return {k: v for k, v in sorted(vars(args).items())
-            if k not in RUNTIME and args.method in APPLIES.get(k, METHODS)}
+def run_config(run: KernelRun) -> dict:
+    """A run's resolved configuration, as a study keys it (KernelRun.key)."""
+    return run.key()
 
 
 def own_parameters(params: dict) -> dict:
@@ -163,21 +271,27 @@ def own_parameters(params: dict) -> dict:
     return {k: v for k, v in params.items() if method in APPLIES.get(k, METHODS)}
 
 
-def config_of(params: dict):
-    """The run of a study's grid point (its parameters by flag destination)."""
-    return cli.parse_at(parse_args, build_parser(), own_parameters(params), None, "--save")
+def config_of(params: dict) -> KernelRun:
+    """The run of a study's grid point (its parameters by name, as the study file types them)."""
+    run = KernelRun.build(own_parameters(params))
+    check_runnable(run)
+    return run
 
 
-def from_key(config: dict, place: cli.RunPlace | None = None):
-    """The run a stored key stands for, to run at `place` (its files in the run's folder), or,
-    with no place, to replay."""
-    settings = {k: v for k, v in config.items() if v is not None}
-    return cli.parse_at(parse_args, build_parser(), settings, place, "--save")
+def from_key(config: dict, place: cli.RunPlace | None = None) -> KernelRun:
+    """The run a stored key stands for, to run at `place` (one thread, quiet, its files in the
+    run's folder), or, with no place, to replay (quiet)."""
+    if place is None:
+        return KernelRun.build(config, KernelRuntime(no_progress=True))
+    run = KernelRun.build(config, KernelRuntime(threads=1, no_progress=True, device=place.device))
+    check_runnable(run)
+    save = str(cli.prepare_out_dir(place.run_dir, "--save", force=True))
+    return run.replace(runtime=dataclasses.replace(run.runtime, save=save))
 
 
-def command_line(args) -> list[str]:
-    """The flags that reproduce the run `args`."""
-    return cli.argv_of(build_parser(), {k: v for k, v in run_config(args).items() if v is not None})
+def command_line(run: KernelRun) -> list[str]:
+    """The flags that reproduce `run`."""
+    return cli.argv_of(build_parser(), run.key())
 
 
 # ----------------------------------------------------------------------------- one run
@@ -198,7 +312,9 @@ def _sides(args, family, split) -> dict:
 def _kernel_config(args, samples_per_task: int):
     from verify.learning.kernel_limit import KernelConfig
 
-    return KernelConfig(kernel=args.method, depth=args.depth, parametrization=args.parametrization,
+    # The NNGP reads no parametrization (its run sets none): KernelConfig takes the default's.
+    parametrization = args.parametrization or METHOD_DEFAULTS["parametrization"]
+    return KernelConfig(kernel=args.method, depth=args.depth, parametrization=parametrization,
                         tasks=args.tasks, samples_per_task=samples_per_task, jitter=args.jitter)
 
 
@@ -245,7 +361,7 @@ def _train_config(args):
 
     return TrainConfig(steps=args.steps, tasks_per_batch=args.tasks_per_batch,
                        samples_per_task=args.samples_per_task, lr=args.lr, weight_decay=args.weight_decay,
-                       seed=args.seed, device=args.device)
+                       seed=args.seed, device=args.runtime.device)
 
 
 def train_network(args, family, split, sides, progress, stop_after=None) -> tuple[object, dict]:
@@ -258,7 +374,7 @@ def train_network(args, family, split, sides, progress, stop_after=None) -> tupl
     init = copy.deepcopy(student).double()
     net = Linearised(student) if args.method == "linearised" else student
     result = train_student(family, split.train, net, _train_config(args), progress=progress,
-                           threads=args.threads, name=f"{args.method} {args.depth}×{args.width}",
+                           threads=args.runtime.threads, name=f"{args.method} {args.depth}×{args.width}",
                            widths=[args.width] * args.depth, stop_after=stop_after,
                            log_every=1 if stop_after else None)
     record = dict(losses=result.losses, train_seconds=result.seconds, final_loss=result.losses[-1][1])
@@ -280,9 +396,9 @@ def run(args) -> dict:
     from verify.learning.records import as_dicts
     from verify.learning.sgd import threads_of_run
 
-    progress = False if args.no_progress else None
+    progress = False if args.runtime.no_progress else None
     start = time.perf_counter()
-    with threads_of_run(args.threads, 0):
+    with threads_of_run(args.runtime.threads, 0):
         family, split = _family_and_split(args)
         sides = _sides(args, family, split)
         if args.method in KERNEL_METHODS:
@@ -296,7 +412,7 @@ def run(args) -> dict:
                   width=args.width, record=record, metrics=as_dicts(metrics),
                   evaluation=dict(tasks_per_side=args.eval_tasks, rows_per_task=args.eval_samples),
                   seconds=time.perf_counter() - start)
-    if args.save:
+    if args.runtime.save:
         _save(args, report, predictor)
     return report
 
@@ -306,7 +422,7 @@ def _save(args, report: dict, predictor) -> None:
 
     import torch
 
-    out = Path(args.save)
+    out = Path(args.runtime.save)
     if args.method not in KERNEL_METHODS:
         with cli.atomic_path(out / f"{args.method}.pt") as tmp:
             torch.save(predictor.state_dict(), tmp)
@@ -328,8 +444,7 @@ def behaviour(args) -> dict[str, list[float]]:
 
     from verify.learning.kernel_limit import fit, training_rows
 
-    small = copy.copy(args)
-    small.save, small.device, small.eval_tasks = None, "cpu", BEHAVIOUR_ROWS
+    small = args.replace(eval_tasks=BEHAVIOUR_ROWS, runtime=KernelRuntime(no_progress=True))
     family, split = _family_and_split(small)
     out = {"split": [float(len(split.train)), float(len(split.test)),
                      float(np.asarray(split.train).sum()), float(np.asarray(split.test).sum())]}
@@ -386,7 +501,7 @@ def format_report(r: dict) -> str:
 
 def work(args) -> int:
     report = run(args)
-    cli.emit(cli.to_json(report) if args.json else format_report(report))
+    cli.emit(cli.to_json(report) if args.runtime.json else format_report(report))
     return cli.EXIT_OK
 
 

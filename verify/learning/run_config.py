@@ -21,9 +21,7 @@ of the run it gives is that config again.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
-from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 
 from constructions.names import ENCODING_NAMES, SPLITS
@@ -31,7 +29,8 @@ from constructions.tasks.names import WEIGHTS
 from verify import cli
 from verify.cli import UsageError
 from verify.learning.families import DEFAULT_FAMILY, FAMILIES
-from verify.learning.families.base import choice, setting, switch
+from verify.learning.settings import check_fields, checked, choice, flag, setting
+from verify.learning.settings import typed as _typed
 from verify.names import CHECKPOINT_SECONDS, DECAYS, INITS, PRECISIONS, SCHEDULES, SHAPES, STUDENTS
 
 # The official transformer (configs/teacher.py ModelConfig) and hypernetwork (d_ffw hidden
@@ -42,43 +41,9 @@ STUDENT_SIZES = {"d_model": ("transformer",), "n_heads": ("transformer",), "n_la
 MLP_SETTINGS = ("shapes", "widths", "init")
 
 
-def flag(name: str) -> str:
-    """A setting's verify.sgd flag."""
-    return "--" + name.replace("_", "-")
-
-
 def family_name(text: str) -> str:
     """A registered family's name (the registry as it is now: a family registered later counts)."""
     return choice(tuple(FAMILIES))(text)
-
-
-def checked(name: str, value, check: Callable, many: bool = False):
-    """`value` (or each of its items, `many`) through `check` as verify.sgd's parser reads a
-    flag's text: the typed value; UsageError '--name: …' otherwise. A value typed as a study
-    file types it (4, 0.25, "1e-3") is read as its text would be on the command line."""
-    if many:  # one value or several, as the flag takes them (`shapes: matched` is --shapes matched)
-        values = value if isinstance(value, list | tuple) else [value]
-        if not values:
-            raise UsageError(f"{flag(name)}: expected one or more values, got {value!r}")
-        return tuple(checked(name, v, check) for v in values)
-    try:
-        return check(value) if check is switch else check(str(value))
-    except (ValueError, argparse.ArgumentTypeError) as e:
-        raise UsageError(f"{flag(name)}: {e}") from None
-
-
-def check_fields(obj) -> None:
-    """UsageError unless each field of `obj` is what its validator reads it as (4, not 4.0
-    or "4")."""
-    for f in fields(obj):
-        if "check" not in f.metadata:
-            continue
-        value = getattr(obj, f.name)
-        if value is None and f.metadata["optional"]:
-            continue
-        typed = checked(f.name, value, f.metadata["check"], f.metadata["many"])
-        if typed != value or type(typed) is not type(value):
-            raise UsageError(f"{flag(f.name)}: expected {type(typed).__name__} {typed!r}, got {value!r}")
 
 
 @dataclass(frozen=True)
@@ -281,16 +246,6 @@ def setting_names() -> set[str]:
     """Every setting's name: SgdRun's own and each registered family's."""
     common = {f.name for f in fields(SgdRun)} - {"task", "runtime"}
     return common.union(*(family.settings for family in FAMILIES.values()))
-
-
-def _typed(owner, name: str, value):
-    """`value` of the setting `name` of dataclass `owner`, read by its validator."""
-    meta = next((f.metadata for f in fields(owner) if f.name == name), None)
-    if meta is None or "check" not in meta:
-        return value
-    if value is None and meta["optional"]:
-        return None
-    return checked(name, value, meta["check"], meta["many"])
 
 
 def _student_settings(common: dict, family, paper: bool) -> dict:

@@ -2,7 +2,10 @@
 
 - A **program** (a study's `program:`, verify.sgd's verify.learning.sgd unless it names
   another; grids.PROGRAMS lists them) turns one grid point into a result, through a typed
-  configuration of its own (verify.sgd's: verify.learning.run_config.SgdRun):
+  configuration of its own, a frozen dataclass that checks itself (verify.sgd's
+  verify.learning.run_config.SgdRun, verify.kernel's kernel_vs_sgd.KernelRun,
+  verify.images.train's verify.images.image_run.ImageRun; each built from a grid point
+  directly, never through argv):
   `config_of(params)` (a grid point's configuration, refused in one line before any work),
   `run_config(config)` (the resolved settings a run's key hashes), `from_key(key, place)` (the
   configuration of a stored key, to run at a verify.cli.RunPlace, or with no place to

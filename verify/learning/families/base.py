@@ -36,35 +36,13 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
+
+from verify.learning.settings import choice, setting, switch  # noqa: F401 (the families' API)
 
 if TYPE_CHECKING:
     import torch
-
-
-def choice(names) -> Callable[[str], str]:
-    """A validator for one of `names` (argparse's `choices`, as a type)."""
-    def check(text: str) -> str:
-        if text not in names:
-            raise ValueError(f"invalid choice: {text!r} (choose from {', '.join(map(str, names))})")
-        return text
-    return check
-
-
-def switch(value) -> bool:
-    """The validator of an on/off setting (a flag without a value): True or False only."""
-    if not isinstance(value, bool):
-        raise ValueError(f"a switch is true or false, not {value!r}")
-    return value
-
-
-def setting(default, check: Callable, many: bool = False, optional: bool = False):
-    """A field of a run's settings (a family's Settings, or SgdRun's own) with its validator,
-    verify.sgd's type for its flag (verify.cli: positive_int, open_fraction, …), and whether
-    it holds several values (`many`) or may be None, not set (`optional`)."""
-    return field(default=default, metadata=dict(check=check, many=many, optional=optional))
 
 
 @dataclass(frozen=True)
