@@ -142,14 +142,10 @@ def plot(rows: list[dict], meta: dict, cfg: Config):
     return fig
 
 
-def config(quick: bool, seed: int) -> Config:
-    return replace(QUICK if quick else Config(), seed=seed)
-
-
 def make(out: Path, *, quick: bool = False, seed: int = 0, progress: bool | None = None) -> FigureResult:
     # `progress` is unused: this figure builds networks but measures none, and its bar is
     # the one __main__ shows for every figure.
-    cfg = config(quick, seed)
+    cfg = replace(QUICK if quick else Config(), seed=seed)
     rows, meta = cached(out, NAME, cfg, __name__, lambda: compute(cfg))
     return finish(NAME, plot(rows, meta, cfg), rows, meta, out, preview=quick)
 

@@ -24,6 +24,17 @@ FAST = TEST_MEASURE.kwargs()
 FAST_COARSE_GRID = dict(FAST, grid_points=129)
 
 log_eps = st.floats(-4.0, 0.0)  # ε = 10**log_eps ∈ [1e-4, 1]
+# A certificate's constants: input size I, Lipschitz-like constant C, input radius a.
+certificate_constants = dict(I=st.integers(1, 64), C=st.floats(1e-3, 1e3), a=st.floats(1e-3, 1e3))
+
+
+def assert_smallest_that_certifies(size_for_eps, certificate, I, C, a, eps) -> int:
+    """The size `size_for_eps` gives for ε: its certificate is at most ε, and one less's is
+    not (1 is the smallest size). Returns it."""
+    n = size_for_eps(I, C, a, eps)
+    assert certificate(I, C, a, n) <= eps
+    assert n == 1 or certificate(I, C, a, n - 1) > eps
+    return n
 
 
 def random_tasks(teacher, n: int, seed: int, spread: float = 1.0, z_spread: float = 1.0):

@@ -14,7 +14,14 @@ from constructions import HyperteacherConfig, sample_hyperteacher
 from constructions.base import construction_constants, count_hidden_units
 from constructions.deep import DeepConstruction, build_deep
 from constructions.shallow import ShallowConstruction
-from tests.strategies import FAST, log_eps, random_inputs, small_configs
+from tests.strategies import (
+    FAST,
+    assert_smallest_that_certifies,
+    certificate_constants,
+    log_eps,
+    random_inputs,
+    small_configs,
+)
 from theory import deep as theory
 from theory.bounds import instance_C, square_interpolant
 from verify.measure import measure_sup_error
@@ -83,12 +90,9 @@ def test_symbolic_checks():
     assert checks and all(checks.values()), checks
 
 
-@given(I=st.integers(1, 64), C=st.floats(1e-3, 1e3), a=st.floats(1e-3, 1e3), log_eps=st.floats(-12, 2))
+@given(**certificate_constants, log_eps=st.floats(-12, 2))
 def test_levels_are_the_fewest_that_certify(I, C, a, log_eps):
-    eps = 10.0**log_eps
-    m = theory.levels_for_eps(I, C, a, eps)
-    assert theory.certificate(I, C, a, m) <= eps
-    assert m == 1 or theory.certificate(I, C, a, m - 1) > eps
+    m = assert_smallest_that_certifies(theory.levels_for_eps, theory.certificate, I, C, a, 10.0**log_eps)
     assert theory.certificate(I, C, a, m) == pytest.approx(I * C * a / 4 ** (m + 1), rel=1e-15)
 
 

@@ -10,6 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from constructions import enumerate_supports
+from tests.strategies import assert_smallest_that_certifies, certificate_constants
 from theory import bounds, symbolic
 
 
@@ -67,15 +68,12 @@ def test_count_is_affine_in_M_with_slope_1_theorem_and_0_lean():
             assert bounds.hidden_units(I_, H_, M_, N_, variant).total == value
 
 
-@given(I=st.integers(1, 64), C=st.floats(1e-3, 1e3), a=st.floats(1e-3, 1e3), log_eps=st.floats(-12, 2))
+@given(**certificate_constants, log_eps=st.floats(-12, 2))
 def test_N_is_the_smallest_that_certifies(I, C, a, log_eps):
-    eps = 10.0**log_eps
-    N = bounds.N_for_eps(I, C, a, eps)
-    assert bounds.certificate(I, C, a, N) <= eps
-    assert N == 1 or bounds.certificate(I, C, a, N - 1) > eps
+    assert_smallest_that_certifies(bounds.N_for_eps, bounds.certificate, I, C, a, 10.0**log_eps)
 
 
-@given(I=st.integers(1, 64), C=st.floats(1e-3, 1e3), a=st.floats(1e-3, 1e3), log_eps=st.floats(-330, -12))
+@given(**certificate_constants, log_eps=st.floats(-330, -12))
 def test_N_search_is_bounded_for_any_tiny_eps(I, C, a, log_eps):
     """Down to subnormal ε: either the minimal N (≤ MAX_KNOTS), or a ValueError that says
     why; never an endless search (the old loop never ended at ε = 1e-300)."""

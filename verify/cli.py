@@ -461,6 +461,16 @@ def phase(desc: str, enabled: bool | None = None) -> Iterator[None]:
 
 # --- the one main ------------------------------------------------------------------------
 
+def report_work(run: Callable[[object], dict], format_report: Callable[[dict], str]) -> Callable:
+    """The `work` of a program whose run is one report: run the configuration, print the report
+    (as JSON with its runtime's --json), exit 0."""
+    def work(config) -> int:
+        report = run(config)
+        emit(to_json(report) if config.runtime.json else format_report(report))
+        return EXIT_OK
+    return work
+
+
 def main_of(prog: str, parse: Callable[[list[str]], object], work: Callable[[object], int],
             argv: list[str] | None = None) -> int:
     """Parse, then work, and turn every way of ending into its exit code (see the module

@@ -69,6 +69,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import string
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -129,6 +130,13 @@ def _w(text: str) -> tuple[str, ...]:
 def _slots(name: str, template: str, **words: tuple[str, ...]) -> ImageSetup:
     questions = tuple(f"{slot} - choose ONE of: {', '.join(ws)}" for slot, ws in words.items())
     return ImageSetup(name, "slots", template, tuple(words), tuple(words.values()), questions, _JUDGE[name])
+
+
+def _in_order(name: str, template: str, *words: tuple[str, ...]) -> ImageSetup:
+    """A slots setup whose slots are the template's fields, in the order they stand, filled
+    with `words` (one list a slot)."""
+    fields = [f for _, f, _, _ in string.Formatter().parse(template) if f]
+    return _slots(name, template, **dict(zip(fields, words, strict=True)))
 
 
 def _pick(name: str, items: tuple[str, ...]) -> ImageSetup:
@@ -557,49 +565,33 @@ SETUPS: dict[str, ImageSetup] = {s.name: s for s in (
                        "A sandwich"),
            food_middle=_FOODS_LOWER,
            food_bottom=_FOODS_LOWER),
-    _slots("animals_chasing_chain", "{animal1} chasing {animal2} chasing {animal3}",
-           animal1=_ZOO_CAP,
-           animal2=_ZOO_LOWER,
-           animal3=_ZOO_LOWER),
-    _slots("stacked_animals", "{animal_top} on top of {animal_middle} on top of {animal_bottom}",
-           animal_top=_ZOO_CAP,
-           animal_middle=_ZOO_LOWER,
-           animal_bottom=_ZOO_LOWER),
+    _in_order("animals_chasing_chain", "{animal1} chasing {animal2} chasing {animal3}",
+              _ZOO_CAP, _ZOO_LOWER, _ZOO_LOWER),
+    _in_order("stacked_animals", "{animal_top} on top of {animal_middle} on top of {animal_bottom}",
+              _ZOO_CAP, _ZOO_LOWER, _ZOO_LOWER),
     _slots("animals_with_adjectives", "A image of  a {adjective} {animal}",
            adjective=_w("happy|sad|angry|sleepy|curious|playful|scared|proud|surprised|bored"),
            animal=_ZOO),
-    _slots("nested_containment_animals",
-           "A {animal_outer} containing a {animal_middle} containing an {animal_inner}",
-           animal_outer=_ZOO_CAP,
-           animal_middle=_ZOO_LOWER,
-           animal_inner=_ZOO_LOWER_A_EAGLE),
-    _slots("three_animals_three_materials",
-           "{animal_fire} made of fire, {animal_ice} made of ice, and {animal_wood} made of wood",
-           animal_fire=_ZOO_CAP,
-           animal_ice=_ZOO_LOWER,
-           animal_wood=_ZOO_LOWER_A_EAGLE),
-    _slots("three_animals_three_verbs",
-           "{animal_singing} singing, {animal_eating} eating, and {animal_sleeping} sleeping",
-           animal_singing=_ZOO_CAP,
-           animal_eating=_ZOO_LOWER,
-           animal_sleeping=_ZOO_LOWER_A_EAGLE),
-    _slots("three_animals_three_adjectives",
-           "A sad {animal_happy}, a happy {animal_sad}, and an angry {animal_angry}",
-           animal_happy=_ZOO,
-           animal_sad=_ZOO,
-           animal_angry=_ZOO),
-    _slots("three_animals_three_fixed_styles",
-           "A {animal_pixel} in pixel art, a {animal_oil} in oil painting, and a {animal_cartoon} in "
-           "cartoon style",
-           animal_pixel=_ZOO,
-           animal_oil=_ZOO,
-           animal_cartoon=_ZOO),
-    _slots("three_animals_three_fixed_descriptors",
-           "A {animal_furry} with fur, a {animal_scaly} with scales, and a {animal_feathered} with "
-           "feathers",
-           animal_furry=_ZOO,
-           animal_scaly=_ZOO,
-           animal_feathered=_ZOO),
+    _in_order("nested_containment_animals",
+              "A {animal_outer} containing a {animal_middle} containing an {animal_inner}",
+              _ZOO_CAP, _ZOO_LOWER, _ZOO_LOWER_A_EAGLE),
+    _in_order("three_animals_three_materials",
+              "{animal_fire} made of fire, {animal_ice} made of ice, and {animal_wood} made of wood",
+              _ZOO_CAP, _ZOO_LOWER, _ZOO_LOWER_A_EAGLE),
+    _in_order("three_animals_three_verbs",
+              "{animal_singing} singing, {animal_eating} eating, and {animal_sleeping} sleeping",
+              _ZOO_CAP, _ZOO_LOWER, _ZOO_LOWER_A_EAGLE),
+    _in_order("three_animals_three_adjectives",
+              "A sad {animal_happy}, a happy {animal_sad}, and an angry {animal_angry}",
+              _ZOO, _ZOO, _ZOO),
+    _in_order("three_animals_three_fixed_styles",
+              "A {animal_pixel} in pixel art, a {animal_oil} in oil painting, and a {animal_cartoon} in "
+              "cartoon style",
+              _ZOO, _ZOO, _ZOO),
+    _in_order("three_animals_three_fixed_descriptors",
+              "A {animal_furry} with fur, a {animal_scaly} with scales, and a {animal_feathered} with "
+              "feathers",
+              _ZOO, _ZOO, _ZOO),
     _slots("animals_with_colours", "A {colour} {animal}",
            animal=_ZOO,
            colour=_w("red|blue|green|yellow|orange|purple|pink|brown|black|white")),

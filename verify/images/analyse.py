@@ -271,10 +271,13 @@ def record(a: Analysis, *, model, pipe, split, extra: dict | None = None) -> dic
 @contextlib.contextmanager
 def quiet_libraries():
     """diffusers' and transformers' own progress bars and notices (loading, writing shards, a
-    missing accelerate) off for the block: these programs have their own bars."""
+    missing accelerate) off for the block: these programs have their own bars. torch's thread
+    count is restored after it, for callers that run several analyses in one process."""
+    import torch
     from diffusers.utils import logging as dlog
     from transformers.utils import logging as tlog
 
+    threads = torch.get_num_threads()
     before = [(lib, lib.get_verbosity(), lib.is_progress_bar_enabled()) for lib in (dlog, tlog)]
     for lib, _, _ in before:
         lib.set_verbosity_error()
@@ -282,6 +285,7 @@ def quiet_libraries():
     try:
         yield
     finally:
+        torch.set_num_threads(threads)
         for lib, verbosity, bars in before:
             lib.set_verbosity(verbosity)
             if bars:
@@ -396,14 +400,8 @@ def make_judge(request: Request, device: str = "cpu"):
 def run(request: Request) -> dict:
     """The `analyse` command: load the pipeline, analyse it on the family, write OUT/results.json;
     the report (JSON-able). `request` as `Request.checked()` returns it."""
-    import torch
-
-    previous = torch.get_num_threads()
-    try:
-        with quiet_libraries():
-            return _run(request)
-    finally:
-        torch.set_num_threads(previous)  # for callers that run several analyses in one process
+    with quiet_libraries():
+        return _run(request)
 
 
 def _run(request: Request) -> dict:

@@ -30,7 +30,6 @@ as it runs verify.sgd. Exit codes: 0 done, 2 usage error, 3 internal error, 130 
 
 from __future__ import annotations
 
-import argparse
 import functools
 import os
 import re
@@ -56,7 +55,7 @@ from verify.images.image_run import (
     pattern,
 )
 from verify.learning import tracking
-from verify.learning.settings import setting_fields
+from verify.learning.settings import setting_fields, typed_only
 
 PROG = "python -m verify.images.train"
 # Settings that do not change a run's result, left out of its configuration's key.
@@ -137,12 +136,7 @@ def build_parser() -> cli.Parser:
 def _parser() -> cli.Parser:
     """One parser for every parse (a study resolves many runs), with the settings' defaults
     left to ImageRun (what was typed is what is given)."""
-    parser = build_parser()
-    names = set(setting_fields(ImageRun))
-    for action in parser._actions:
-        if action.dest in names:
-            action.default = argparse.SUPPRESS
-    return parser
+    return typed_only(build_parser(), setting_fields(ImageRun))
 
 
 def parse_args(argv=None) -> ImageRun:
@@ -243,16 +237,10 @@ def _save_atomically(pipe, folder: Path) -> None:
 
 def run(args) -> dict:
     """One run: train, save, load, generate, probe, judge; the report (JSON-able)."""
-    import torch
-
     from verify.images.analyse import quiet_libraries
 
-    previous = torch.get_num_threads()
-    try:
-        with quiet_libraries():
-            return _run(args)
-    finally:
-        torch.set_num_threads(previous)  # for callers that run several reports in one process
+    with quiet_libraries():
+        return _run(args)
 
 
 def _build(args, scene):
@@ -400,32 +388,28 @@ def behaviour(args) -> dict[str, list[float]]:
     from verify.images import analyse, denoiser, pipeline
     from verify.images.judges import ExactJudge
 
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        with analyse.quiet_libraries(), tempfile.TemporaryDirectory() as tmp:
-            scene = scenes.Scene(n_objects=args.objects)
-            split = _split(scene, args.train_combinations, args.split_seed)
-            sides = [np.asarray(split.train, dtype=np.int64), np.asarray(split.test, dtype=np.int64)]
-            out = {"split": [float(len(s)) for s in sides]
-                   + [float((s * np.arange(1, s.size + 1)).sum()) for s in sides]}
-            pipe, _ = _build(args, scene)
-            out["parameters"] = [float(denoiser.parameters(pipe.unet)),
-                                 float(denoiser.parameters(pipe.text_encoder))]
-            short = args.replace(steps=BEHAVIOUR_STEPS, runtime=ImageRuntime())
-            training = _train(short, pipe, scene, scenes.combinations(scene), split.train, False)
-            out["losses"] = [p["loss"] for p in training["loss_curve"]]  # one step a window
-            folder = Path(tmp) / "pipeline"
-            _save_atomically(pipe.to("cpu"), folder)
-            loaded = pipeline.load(folder, "cpu")
-            settings = analyse.Settings(n_seeds=1, steps=BEHAVIOUR_SAMPLE_STEPS, guidance=args.guidance,
-                                        layers=tuple(args.layers), fractions=tuple(args.fractions),
-                                        batch=GENERATE_BATCH)
-            seen = analyse.subset(split.train, BEHAVIOUR_PROMPTS, args.split_seed, 0)
-            unseen = analyse.subset(split.test, BEHAVIOUR_PROMPTS, args.split_seed, 1)
-            a = analyse.analyse(loaded, scene, seen, unseen, ExactJudge(), settings, False)
-    finally:
-        torch.set_num_threads(threads)
+    with analyse.quiet_libraries(), tempfile.TemporaryDirectory() as tmp:
+        torch.set_num_threads(1)  # quiet_libraries restores the caller's count
+        scene = scenes.Scene(n_objects=args.objects)
+        split = _split(scene, args.train_combinations, args.split_seed)
+        sides = [np.asarray(split.train, dtype=np.int64), np.asarray(split.test, dtype=np.int64)]
+        out = {"split": [float(len(s)) for s in sides]
+               + [float((s * np.arange(1, s.size + 1)).sum()) for s in sides]}
+        pipe, _ = _build(args, scene)
+        out["parameters"] = [float(denoiser.parameters(pipe.unet)),
+                             float(denoiser.parameters(pipe.text_encoder))]
+        short = args.replace(steps=BEHAVIOUR_STEPS, runtime=ImageRuntime())
+        training = _train(short, pipe, scene, scenes.combinations(scene), split.train, False)
+        out["losses"] = [p["loss"] for p in training["loss_curve"]]  # one step a window
+        folder = Path(tmp) / "pipeline"
+        _save_atomically(pipe.to("cpu"), folder)
+        loaded = pipeline.load(folder, "cpu")
+        settings = analyse.Settings(n_seeds=1, steps=BEHAVIOUR_SAMPLE_STEPS, guidance=args.guidance,
+                                    layers=tuple(args.layers), fractions=tuple(args.fractions),
+                                    batch=GENERATE_BATCH)
+        seen = analyse.subset(split.train, BEHAVIOUR_PROMPTS, args.split_seed, 0)
+        unseen = analyse.subset(split.test, BEHAVIOUR_PROMPTS, args.split_seed, 1)
+        a = analyse.analyse(loaded, scene, seen, unseen, ExactJudge(), settings, False)
     layers = sorted(a.probe)
     out["features"] = [float(np.asarray(a.generation.features[k], dtype=np.float64).mean()) for k in layers]
     out["decodability"] = [float(a.probe[k][m]) for k in layers for m in ("test_f1", "train_f1")]
@@ -470,10 +454,7 @@ def format_report(r: dict) -> str:
     return "\n".join(lines)
 
 
-def work(args) -> int:
-    report = run(args)
-    cli.emit(cli.to_json(report) if args.runtime.json else format_report(report))
-    return cli.EXIT_OK
+work = cli.report_work(run, format_report)
 
 
 def main(argv=None) -> int:

@@ -17,7 +17,6 @@ Exit codes: 0 done, 2 usage error, 3 internal error, 130 interrupted.
 
 from __future__ import annotations
 
-import argparse
 import copy
 import dataclasses
 import functools
@@ -29,14 +28,7 @@ from dataclasses import dataclass, field
 from constructions.names import ENCODING_NAMES, SPLITS
 from constructions.tasks.names import WEIGHTS
 from verify import cli
-from verify.cli import (
-    UsageError,
-    non_negative_float,
-    non_negative_int,
-    open_fraction,
-    positive_float,
-    positive_int,
-)
+from verify.cli import UsageError
 from verify.learning.families import HyperteacherFamily
 from verify.learning.settings import (
     check_fields,
@@ -48,6 +40,7 @@ from verify.learning.settings import (
     setting,
     setting_fields,
     switch,
+    typed_only,
 )
 
 METHODS = ("ntk", "nngp", "linearised", "trained")
@@ -70,42 +63,42 @@ def build_parser() -> cli.Parser:
     p.add_argument("--method", choices=METHODS, default="ntk", help="what is fitted or trained (default ntk)")
     p.add_argument("--split", default="random", choices=SPLITS,
                    help="which supports are held out (default random)")
-    p.add_argument("--held-out", type=open_fraction, default=0.25,
+    p.add_argument("--held-out", type=cli.open_fraction, default=0.25,
                    help="held-out fraction of supports, in (0, 1) (default 0.25)")
-    p.add_argument("--depth", type=positive_int, default=4,
+    p.add_argument("--depth", type=cli.positive_int, default=4,
                    help="hidden layers of the student, the kernels' and the networks' (default 4)")
-    p.add_argument("--width", type=positive_int,
+    p.add_argument("--width", type=cli.positive_int,
                    help="linearised and trained: hidden units per layer (default 256); the kernel limits "
                         "have none")
     p.add_argument("--parametrization", choices=PARAMETRIZATIONS, default="standard",
                    help="ntk: the students' standard parametrization (Θ/width's limit) or NTK "
                         "parametrization (Jacot's) (default standard)")
-    p.add_argument("--tasks", type=positive_int, default=512,
+    p.add_argument("--tasks", type=cli.positive_int, default=512,
                    help="ntk, nngp: training tasks the kernel regression fits (default 512)")
-    p.add_argument("--samples-per-task", type=positive_int, default=16,
+    p.add_argument("--samples-per-task", type=cli.positive_int, default=16,
                    help="x per task: the kernel regression's rows per task, or the networks' per task per "
                         "step (default 16, the paper's)")
     p.add_argument("--ladder", action="store_true",
                    help="ntk, nngp: fit 1, 2, 4, … x per task up to --samples-per-task, stopping when the "
                         f"held-out R² moves by less than {LADDER_TOLERANCE}")
-    p.add_argument("--jitter", type=non_negative_float, default=1e-10,
+    p.add_argument("--jitter", type=cli.non_negative_float, default=1e-10,
                    help="ntk, nngp: λ/mean diag K added to K(X, X)'s diagonal (default 1e-10)")
-    p.add_argument("--steps", type=positive_int, default=1500,
+    p.add_argument("--steps", type=cli.positive_int, default=1500,
                    help="linearised, trained: training steps (default 1500)")
-    p.add_argument("--tasks-per-batch", type=positive_int, default=32,
+    p.add_argument("--tasks-per-batch", type=cli.positive_int, default=32,
                    help="linearised, trained: tasks per step (default 32)")
-    p.add_argument("--lr", type=positive_float, default=HyperteacherFamily.optimiser["lr"],
+    p.add_argument("--lr", type=cli.positive_float, default=HyperteacherFamily.optimiser["lr"],
                    help=f"AdamW learning rate (default {HyperteacherFamily.optimiser['lr']:g}, the paper's)")
-    p.add_argument("--weight-decay", type=non_negative_float,
+    p.add_argument("--weight-decay", type=cli.non_negative_float,
                    default=HyperteacherFamily.optimiser["weight_decay"],
                    help=f"AdamW weight decay (default {HyperteacherFamily.optimiser['weight_decay']:g})")
-    p.add_argument("--eval-tasks", type=positive_int, default=1024,
+    p.add_argument("--eval-tasks", type=cli.positive_int, default=1024,
                    help="tasks on each side for RMSE and R² (default 1024, the paper's)")
-    p.add_argument("--eval-samples", type=positive_int, default=16,
+    p.add_argument("--eval-samples", type=cli.positive_int, default=16,
                    help="x per task for RMSE and R² (default 16)")
-    p.add_argument("--extra-modules", type=non_negative_int, default=0,
+    p.add_argument("--extra-modules", type=cli.non_negative_int, default=0,
                    help="also score tasks with K+1 … K+this many active modules (default 0)")
-    p.add_argument("--probe-rows", type=positive_int, default=256,
+    p.add_argument("--probe-rows", type=cli.positive_int, default=256,
                    help="trained: rows on which the NTK's movement is measured (default 256)")
     p.add_argument("--device", default="cpu", help="where the networks train: cpu or cuda[:N] (default cpu)")
     p.add_argument("--save", metavar="DIR",
@@ -142,33 +135,33 @@ class KernelRun:
     on construction (`__post_init__`: each value by its flag's validator, the rules between
     settings), so a `replace` is checked too; every refusal is one line (UsageError)."""
 
-    M: int = setting(8, positive_int)
-    K: int = setting(2, positive_int)
-    I: int = setting(4, positive_int)  # noqa: E741 (the paper's name)
-    H: int = setting(4, positive_int)
-    O: int = setting(4, positive_int)  # noqa: E741
+    M: int = setting(8, cli.positive_int)
+    K: int = setting(2, cli.positive_int)
+    I: int = setting(4, cli.positive_int)  # noqa: E741 (the paper's name)
+    H: int = setting(4, cli.positive_int)
+    O: int = setting(4, cli.positive_int)  # noqa: E741
     weights: str = setting("discrete", choice(WEIGHTS))
     encoding: str = setting("identity", choice(ENCODING_NAMES))
     seed: int = setting(0, cli.seed)
     method: str = setting("ntk", choice(METHODS))
     split: str = setting("random", choice(SPLITS))
-    held_out: float = setting(0.25, open_fraction)
-    depth: int = setting(4, positive_int)
-    samples_per_task: int = setting(16, positive_int)
-    eval_tasks: int = setting(1024, positive_int)
-    eval_samples: int = setting(16, positive_int)
-    extra_modules: int = setting(0, non_negative_int)
+    held_out: float = setting(0.25, cli.open_fraction)
+    depth: int = setting(4, cli.positive_int)
+    samples_per_task: int = setting(16, cli.positive_int)
+    eval_tasks: int = setting(1024, cli.positive_int)
+    eval_samples: int = setting(16, cli.positive_int)
+    extra_modules: int = setting(0, cli.non_negative_int)
     # read by some methods only (APPLIES); None: the method's default, or not read
-    width: int | None = setting(None, positive_int, optional=True)
+    width: int | None = setting(None, cli.positive_int, optional=True)
     parametrization: str | None = setting(None, choice(PARAMETRIZATIONS), optional=True)
-    tasks: int | None = setting(None, positive_int, optional=True)
+    tasks: int | None = setting(None, cli.positive_int, optional=True)
     ladder: bool | None = setting(None, switch, optional=True)
-    jitter: float | None = setting(None, non_negative_float, optional=True)
-    steps: int | None = setting(None, positive_int, optional=True)
-    tasks_per_batch: int | None = setting(None, positive_int, optional=True)
-    lr: float | None = setting(None, positive_float, optional=True)
-    weight_decay: float | None = setting(None, non_negative_float, optional=True)
-    probe_rows: int | None = setting(None, positive_int, optional=True)
+    jitter: float | None = setting(None, cli.non_negative_float, optional=True)
+    steps: int | None = setting(None, cli.positive_int, optional=True)
+    tasks_per_batch: int | None = setting(None, cli.positive_int, optional=True)
+    lr: float | None = setting(None, cli.positive_float, optional=True)
+    weight_decay: float | None = setting(None, cli.non_negative_float, optional=True)
+    probe_rows: int | None = setting(None, cli.positive_int, optional=True)
     runtime: KernelRuntime = field(default_factory=KernelRuntime, compare=False, repr=False)
 
     def __post_init__(self):
@@ -205,12 +198,7 @@ class KernelRun:
 def _parser() -> cli.Parser:
     """The parser, with the settings' defaults left to KernelRun (what was typed is what is
     given: a flag of another method is refused only when typed)."""
-    parser = build_parser()
-    names = set(setting_fields(KernelRun))
-    for action in parser._actions:
-        if action.dest in names:
-            action.default = argparse.SUPPRESS
-    return parser
+    return typed_only(build_parser(), setting_fields(KernelRun))
 
 
 def parse_args(argv=None) -> KernelRun:
@@ -499,10 +487,7 @@ def format_report(r: dict) -> str:
     return "\n".join(lines)
 
 
-def work(args) -> int:
-    report = run(args)
-    cli.emit(cli.to_json(report) if args.runtime.json else format_report(report))
-    return cli.EXIT_OK
+work = cli.report_work(run, format_report)
 
 
 def main(argv=None) -> int:

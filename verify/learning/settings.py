@@ -111,3 +111,13 @@ def runtime_of(runtime_class, namespace) -> object:
     """The runtime settings (a dataclass) that a parsed command line gives, by name."""
     return runtime_class(**{f.name: getattr(namespace, f.name) for f in dataclasses.fields(runtime_class)
                             if hasattr(namespace, f.name)})
+
+
+def typed_only(parser: argparse.ArgumentParser, names) -> argparse.ArgumentParser:
+    """`parser` with no default for the settings `names`: what it parses holds only what was
+    typed (the run's dataclass gives the rest its default, one source; tests hold the help's
+    stated defaults to those)."""
+    for action in parser._actions:
+        if action.dest in names:
+            action.default = argparse.SUPPRESS
+    return parser

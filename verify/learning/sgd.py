@@ -40,6 +40,7 @@ from verify.cli import (
 from verify.learning import tracking
 from verify.learning.families import DEFAULT_FAMILY, FAMILIES
 from verify.learning.run_config import Runtime, SgdRun, setting_names
+from verify.learning.settings import typed_only
 from verify.names import (
     CHECKPOINT_SECONDS,
     DECAYS,
@@ -185,12 +186,7 @@ def _parser_of(families: tuple[str, ...]) -> cli.Parser:
     """build_parser's, with no default for a setting: what it holds is only what was typed
     (SgdRun.build gives the rest its default, one source; tests hold the help's defaults to
     those)."""
-    parser = build_parser()
-    names = setting_names()
-    for action in parser._actions:
-        if action.dest in names:
-            action.default = argparse.SUPPRESS
-    return parser
+    return typed_only(build_parser(), setting_names())
 
 
 def parse_args(argv=None) -> SgdRun:
