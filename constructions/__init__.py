@@ -2,7 +2,7 @@
 encodings and splits) lives in `constructions.tasks`, which imports nothing else from here:
 it is what the constructions approximate.
 
-The names below are loaded on first use (PEP 562), so `import constructions.names` (what
+The names below are loaded on first use (PEP 562), so `import constructions.catalogue` (what
 the CLIs read before their arguments are parsed) does not import torch.
 """
 
@@ -11,8 +11,9 @@ from importlib import import_module
 _WHERE = {
     "Claim": "base", "Construction": "base", "count_hidden_units": "base",
     "DeepConstruction": "deep", "build_deep": "deep",
-    "ENCODING_NAMES": "tasks.names", "LINEAR_ENCODINGS": "tasks.names", "ENCODINGS": "tasks.names",
-    "WEIGHTS": "tasks.names", "SPLITS": "tasks.names", "CONSTRUCTIONS": "names", "REGISTRY": "names",
+    **dict.fromkeys(("ENCODING_NAMES", "LINEAR_ENCODINGS", "ENCODINGS", "WEIGHTS", "SPLITS"),
+                    "tasks.task_names"),
+    "CONSTRUCTIONS": "catalogue", "REGISTRY": "catalogue",
     "TaskEncoder": "tasks.encodings", "make_encoder": "tasks.encodings",
     "ExactConstruction": "exact", "build_exact": "exact",
     "Hyperteacher": "tasks.hyperteacher", "HyperteacherConfig": "tasks.hyperteacher",

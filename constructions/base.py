@@ -3,7 +3,7 @@
 A construction is an nn.Module whose forward pass is the structured evaluator of a dense
 ReLU MLP with input [e(z), x]. `verify`, the figures and the contract test
 (tests/test_construction_contract.py) use only the members below, so a new construction
-subclasses `Construction`, defines them, and gets a registry entry (constructions/names.py
+subclasses `Construction`, defines them, and gets a registry entry (constructions/catalogue.py
 and constructions/registry.py); nothing else needs to know about it.
 
 Members every subclass defines (checked when the class is defined):

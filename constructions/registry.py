@@ -8,7 +8,7 @@ contract test pick them the same way.
 - multilayer: a teacher with L > 1 modular layers, built block by block from shallow blocks.
 
 What each is called, its label, help and default constants are its entry in
-constructions/names.py (importable without torch); its builder is here. Adding a
+constructions/catalogue.py (importable without torch); its builder is here. Adding a
 construction is its own theory/ and constructions/ modules, one Entry and one builder.
 
 A construction's dense network is a plain nn.Sequential, so its saved state_dict
@@ -18,17 +18,17 @@ verify.learning.train.mlp(M + I, widths, O), widths being its hidden_units().wid
 
 from __future__ import annotations
 
+from constructions.catalogue import CONSTRUCTIONS, REGISTRY, Entry  # noqa: F401
 from constructions.deep import build_deep
 from constructions.exact import build_exact
 from constructions.multilayer import build_multilayer
-from constructions.names import CONSTRUCTIONS, REGISTRY, Entry  # noqa: F401
 from constructions.optimal import build_optimal
 from constructions.shallow import build_shallow
 
 # Every builder takes (teacher, eps, variant=..., constants=...) and returns a Construction.
 BUILDERS = {"shallow": build_shallow, "exact": build_exact, "deep": build_deep,
             "optimal": build_optimal, "multilayer": build_multilayer}
-assert tuple(BUILDERS) == tuple(REGISTRY), "constructions/names.py has an entry for every builder"
+assert tuple(BUILDERS) == tuple(REGISTRY), "constructions/catalogue.py has an entry for every builder"
 
 
 def entry_for(name: str, teacher) -> Entry:

@@ -48,7 +48,7 @@ from paper_figures.fig9_studies import (
     table,
 )
 from verify.learning.families import PreferenceFamily
-from verify.studies.driver import expand
+from verify.studies.commands import expand
 
 NAME = "fig10_preference"
 FAMILY = PreferenceFamily

@@ -37,9 +37,9 @@ SHOWN_SAMPLES = 8
 
 
 def table(quick: bool, progress: bool | None) -> tuple[dict, Path]:
-    """The study's report (verify.images.study) at cpu scale, or at smoke scale (run now if need
+    """The study's report (verify.images.study_report) at cpu scale, or at smoke scale (run now if need
     be), and the store it read."""
-    from verify.images.study import effects_table
+    from verify.images.study_report import effects_table
 
     scale, out, keys = store_of(STUDY, quick, progress)
     return effects_table(STUDY, scale, out, keys, provenance.code_fingerprint(PROGRAM)), out

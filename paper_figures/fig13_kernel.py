@@ -21,7 +21,7 @@ from paper_figures.common import COLOURS, MARKERS, FigureResult, finish, new_fig
 from paper_figures.fig9_studies import code_mark, store_of
 from paper_figures.fig11_width_vs_M import plain_ticks
 from verify.studies import provenance
-from verify.studies.driver import study_deviations
+from verify.studies.commands import study_deviations
 
 NAME = "fig13_kernel"
 STUDY = "kernel-vs-sgd"

@@ -26,7 +26,7 @@ from pathlib import Path
 from paper_figures.common import COLOURS, MARKERS, FigureResult, finish, new_figure, plot_series, select
 from verify.learning.families import HyperteacherFamily
 from verify.studies import provenance
-from verify.studies.driver import default_out, expand, run_study, stored_out
+from verify.studies.commands import default_out, expand, run_study, stored_out
 from verify.studies.effects import CONVERGED_R2, effects_table
 from verify.studies.store import RunStore
 
@@ -114,7 +114,7 @@ def study_meta(tables: dict) -> dict:
     """What a studies figure's JSON says of its stores, per study: the scale read, the runs
     done and failed, the table's notes, how many runs other or unknown code made, and what
     each study's scale changes from the paper's setup (its study file's `deviations`)."""
-    from verify.studies.driver import study_deviations
+    from verify.studies.commands import study_deviations
 
     return dict(checks={}, scales={s: t["scale"] for s, t in tables.items()},
                 deviations={s: study_deviations(s, t["scale"]) for s, t in tables.items()},

@@ -15,7 +15,7 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass, replace
 
-import verify.learning.sgd
+import verify.learning.sgd_program
 from verify.learning.run_config import Runtime, SgdRun
 from verify.studies.store import config_key
 
@@ -76,7 +76,8 @@ def clear_cache() -> None:
 def _report(run: SgdRun, progress: bool | None) -> dict:
     key = config_key(run.key())
     if key not in _REPORTS:
-        _REPORTS[key] = verify.learning.sgd.run(run.replace(runtime=Runtime(no_progress=progress is False)))
+        quiet = run.replace(runtime=Runtime(no_progress=progress is False))
+        _REPORTS[key] = verify.learning.sgd_program.run(quiet)
     return _REPORTS[key]
 
 

@@ -5,7 +5,7 @@ import torch
 from hypothesis import strategies as st
 
 from constructions import ENCODINGS, WEIGHTS, HyperteacherConfig
-from verify.names import TEST_MEASURE
+from verify.presets import TEST_MEASURE
 
 
 @st.composite
@@ -17,7 +17,7 @@ def small_configs(draw, max_io=6, max_M=10):
         encoding=draw(st.sampled_from(ENCODINGS)), seed=draw(st.integers(0, 2**16)))
 
 
-# A light measurement for small instances (verify.names.TEST_MEASURE, with every other
+# A light measurement for small instances (verify.presets.TEST_MEASURE, with every other
 # preset), as keyword arguments of measure_sup_error.
 FAST = TEST_MEASURE.kwargs()
 # The same with a coarse grid for I ≤ 2, where the networks are deep or many (multi-layer, optimal).

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from tests.test_study import tiny_study
-from verify.learning import sgd
+from verify.learning import sgd_program as sgd
 from verify.studies import behaviour, provenance
-from verify.studies import driver as study
+from verify.studies import commands as study
 from verify.studies.store import RunStore
 
 PACKAGES = ("theory", "constructions", "verify", "paper_figures")

@@ -89,7 +89,7 @@ def test_a_cuda_bench_without_a_gpu_is_a_usage_error(capsys):
 def test_the_device_bench_runs_on_the_cpu_and_prices_every_paper_study(capsys):
     """A real (quick) run: the 4×256 step alone and packed ×2, timed; and each paper-scale
     study's training FLOPs, priced at the measured rate and at an assumed one."""
-    from verify.studies.driver import DEFAULT_PROGRAM, study_names, study_program
+    from verify.studies.commands import DEFAULT_PROGRAM, study_names, study_program
 
     assert bench.main(["--device", "cpu", "--quick", "--pack", "2", "--assume-tflops", "100", "--json",
                        "--no-progress"]) == 0
@@ -99,7 +99,7 @@ def test_the_device_bench_runs_on_the_cpu_and_prices_every_paper_study(capsys):
     assert m["checkpoint"]["bytes"] > 3 * 4 * 3 * 256 * 256  # AdamW's moments and the weights, float32
     studies = {r["study"]: r for r in m["studies"]}
     # Every verify.sgd study (the image study trains no verify.sgd student: its runs are priced
-    # in verify/images/study.py's docstring).
+    # in verify/images/study_report.py's docstring).
     sgd_studies = {n for n in study_names() if study_program(n) == DEFAULT_PROGRAM}
     assert set(studies) == sgd_studies != set(study_names())
     # The paper's task-support sweep: 18 runs of 300k steps of a 4×1024 MLP on 128×16 rows of

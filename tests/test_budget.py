@@ -7,7 +7,7 @@ import pytest
 
 from tests.test_study import tiny_study
 from verify.studies import budget, grids, provenance
-from verify.studies import driver as study
+from verify.studies import commands as study
 
 
 @pytest.mark.parametrize("seconds, workers, makespan", [

@@ -10,7 +10,7 @@ import torch
 
 import verify.bound
 from constructions import Hyperteacher, registry
-from constructions.names import CONSTRUCTIONS, REGISTRY
+from constructions.catalogue import CONSTRUCTIONS, REGISTRY
 from verify.measure import measure_sup_error
 
 SMALL = ["--M", "5", "--K", "2", "--I", "3", "--H", "3", "--O", "2", "--eps", "1e-2", "--no-progress"]

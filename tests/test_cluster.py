@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from tests.test_study import tiny_study
-from verify.studies import driver as study
+from verify.studies import commands as study
 from verify.studies.store import RunStore
 
 ray = pytest.importorskip("ray")

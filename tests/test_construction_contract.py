@@ -8,7 +8,7 @@
   zero on its task set up to rounding), by the rule of its own claim();
 - --save reloads: the files verify.bound writes give back the same network and teacher.
 
-The tests are parametrized from the registry (constructions/names.py), so a new
+The tests are parametrized from the registry (constructions/catalogue.py), so a new
 construction is held to all of this without a new line here. The last tests show that the
 contract can fail: a construction that claims a certificate it does not have, one whose
 count is off by a unit, and one that leaves out a member.
@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 
 import verify.bound
 from constructions.base import EXACT_TOL, Construction, count_hidden_units
-from constructions.names import CONSTRUCTIONS, REGISTRY
+from constructions.catalogue import CONSTRUCTIONS, REGISTRY
 from constructions.registry import BUILDERS, build
 from constructions.shallow import ShallowConstruction, build_shallow
 from tests.strategies import FAST, small_configs

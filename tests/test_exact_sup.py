@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 import verify.exact_sup as es
 from constructions.base import EXACT_TOL
-from constructions.names import ENCODINGS, REGISTRY, WEIGHTS
+from constructions.catalogue import ENCODINGS, REGISTRY, WEIGHTS
 from constructions.registry import build
 from constructions.tasks.hyperteacher import HyperteacherConfig
 from tests.strategies import FAST

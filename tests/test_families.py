@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from constructions.tasks.preference import PreferenceConfig, PreferenceGrid
-from verify.learning import sgd
+from verify.learning import sgd_program as sgd
 from verify.learning.families import (
     FAMILIES,
     PreferenceBatches,

@@ -9,10 +9,11 @@ import json
 import pytest
 
 from tests.toy_family import LinearFamily
-from verify.learning import families, sgd
+from verify.learning import families
+from verify.learning import sgd_program as sgd
 from verify.learning.families import DEFAULT_FAMILY, FAMILIES, TaskFamily
-from verify.names import SHAPES
-from verify.studies import driver
+from verify.presets import SHAPES
+from verify.studies import commands as driver
 
 
 @pytest.fixture

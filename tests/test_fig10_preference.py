@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from verify.learning.families import FAMILIES
-from verify.studies import driver as study
+from verify.studies import commands as study
 from verify.studies import grids, provenance
 from verify.studies.effects import effects_table
 from verify.studies.store import RunStore

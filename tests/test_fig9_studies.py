@@ -3,7 +3,7 @@ the panels whose runs were made by other code or by unknown code."""
 
 import pytest
 
-from verify.studies import driver as study
+from verify.studies import commands as study
 from verify.studies import grids, provenance
 from verify.studies.store import RunStore
 

@@ -15,7 +15,7 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import StepPatch
 
 import paper_figures.__main__ as cli
-from constructions.names import CONSTRUCTIONS
+from constructions.catalogue import CONSTRUCTIONS
 from paper_figures import common
 from paper_figures.common import FigureResult, read_csv, select
 
@@ -362,11 +362,11 @@ def test_sgd_figures_are_slow_left_out_by_default_and_run_with_slow(tmp_path):
 def test_sgd_runs_are_trained_once_and_shared(monkeypatch):
     """Figures 5 and 6 ask for one run in common (the quick plan's split at its ε); each
     distinct verify.sgd call runs once, with the plan's arguments."""
-    import verify.learning.sgd
+    import verify.learning.sgd_program
     from paper_figures import sgd_data
 
     calls = []
-    monkeypatch.setattr(verify.learning.sgd, "run",
+    monkeypatch.setattr(verify.learning.sgd_program, "run",
                         lambda run: calls.append(run.settings() | {"no_progress": run.runtime.no_progress})
                         or dict(rows=[]))
     sgd_data.clear_cache()

@@ -95,7 +95,7 @@ def test_analysing_the_trained_folder_reproduces_trains_own_analysis(trained):
 
 def test_report_correlates_the_best_denoiser_layer_with_success_over_three_or_more_files(trained, tmp_path,
                                                                                          capsys):
-    from verify.images.study import correlation
+    from verify.images.study_report import correlation
 
     base = results.read(trained / "results.json")
     unet = [k for k in base["probe"]["per_layer"] if not k.startswith("text_encoder")]

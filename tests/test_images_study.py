@@ -17,9 +17,9 @@ import pytest
 
 pytest.importorskip("diffusers")
 
-from verify.images import study as report  # noqa: E402
+from verify.images import study_report as report  # noqa: E402
 from verify.learning.records import mean_sd  # noqa: E402
-from verify.studies import driver as study  # noqa: E402
+from verify.studies import commands as study  # noqa: E402
 from verify.studies import (
     provenance,
     verdicts,  # noqa: E402
@@ -161,7 +161,7 @@ def test_the_fingerprint_of_an_image_run_covers_the_image_code_and_not_the_drive
             "verify.images.activations", "verify.images.probes", "verify.images.judges",
             "constructions.tasks.images"} <= set(modules)
     assert not set(modules) & set(provenance.NOT_RESULT_CODE)
-    assert "verify.images.study" not in modules  # the report reads results, it makes none
+    assert "verify.images.study_report" not in modules  # the report reads results, it makes none
     assert provenance.code_fingerprint("verify.images.train") != provenance.code_fingerprint()
     assert "verify.images.train" not in provenance.code_modules()
 

@@ -9,7 +9,8 @@ import pytest
 import torch
 from torch import nn
 
-from verify.learning import kernel_limit, kernel_vs_sgd, kernels, sgd
+from verify.learning import kernel_limit, kernel_vs_sgd, kernels
+from verify.learning import sgd_program as sgd
 from verify.learning.kernel_limit import KernelConfig, fit
 from verify.learning.linearised import Linearised, kernel_movement, output_ntk
 from verify.learning.students import mlp_student
@@ -250,7 +251,8 @@ parameters:
 def test_a_study_crosses_methods_and_widths_and_reports_gaps_with_intervals(tmp_path, monkeypatch):
     """The kernel limits read no width, so they run once a seed (3 + 3), the networks once a
     width (12); the report pairs each network with the NTK limit of its seed."""
-    from verify.studies import driver, grids
+    from verify.studies import commands as driver
+    from verify.studies import grids
     from verify.studies.kernel_report import effects_table, format_markdown
 
     monkeypatch.chdir(tmp_path)

@@ -27,7 +27,7 @@ LAYERS = [
     # everything family-specific: they may use the metrics, never the loop or the CLI.
     ("verify/learning/families", {"theory", "constructions", "verify"},
      LEARNING_AND_STUDIES - {"verify.learning"}
-     | {"verify.images", "verify.learning.sgd", "verify.learning.train", "verify.learning.pack",
+     | {"verify.images", "verify.learning.sgd_program", "verify.learning.train", "verify.learning.pack",
         "verify.learning.speed"}),
     ("verify/studies", {"theory", "constructions", "verify"},
      LEARNING_AND_STUDIES - {"verify.learning", "verify.studies"} | {"verify.images"}),

@@ -16,7 +16,7 @@ import torch
 from hypothesis import assume, given, reject, settings
 from hypothesis import strategies as st
 
-from constructions.names import ENCODINGS, REGISTRY, WEIGHTS
+from constructions.catalogue import ENCODINGS, REGISTRY, WEIGHTS
 from constructions.registry import build
 from constructions.tasks.hyperteacher import HyperteacherConfig
 from theory.bounds import CONSTANTS

@@ -15,7 +15,8 @@ import copy
 import pytest
 import torch
 
-from verify.learning import pack, sgd, train
+from verify.learning import pack, train
+from verify.learning import sgd_program as sgd
 from verify.learning.train import TrainConfig
 
 HYPERTEACHER = ["--M", "5", "--K", "2", "--I", "3", "--H", "2", "--O", "2", "--shapes", "custom", "--widths",

@@ -3,7 +3,8 @@ committed stores: no result number in them is typed by hand (issue 32)."""
 
 import pytest
 
-from verify.studies import driver, summary
+from verify.studies import commands as driver
+from verify.studies import summary
 
 README = summary.readme_path()
 

@@ -9,7 +9,7 @@ import dataclasses
 import pytest
 
 from verify.cli import UsageError
-from verify.learning import sgd
+from verify.learning import sgd_program as sgd
 from verify.learning.families import FAMILIES
 from verify.learning.families.hyperteacher import HyperteacherSettings
 from verify.learning.families.preference import PreferenceSettings

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-import verify.learning.sgd as sgd
 from constructions import HyperteacherConfig, enumerate_supports, sample_hyperteacher
+from verify.learning import sgd_program as sgd
 from verify.learning.families import HyperteacherFamily
 from verify.learning.metrics import (
     PAPER_HELD_OUT_TASKS,

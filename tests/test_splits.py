@@ -31,7 +31,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from constructions import SPLITS, enumerate_supports, make_split, n_supports
-from constructions.names import SPLIT_ALIASES
+from constructions.catalogue import SPLIT_ALIASES
 from constructions.tasks.splits import cooccurrence_connected, covers_all_modules, module_counts
 
 OFFICIAL = ("random", "equal", "pseudo_random_disconnected", "non_compositional", "popular_modules",

@@ -20,7 +20,7 @@ import pytest
 from tests.test_pack import same_metrics
 from verify.learning.families import HyperteacherFamily
 from verify.learning.records import lookup
-from verify.studies import driver as study
+from verify.studies import commands as study
 from verify.studies import grids, provenance
 from verify.studies.effects import _claim_effects, effects_table
 from verify.studies.store import RunStore, config_key
@@ -482,7 +482,7 @@ def test_the_fingerprint_hashes_the_modules_a_result_depends_on_wherever_they_ar
     copied = fingerprint()
     assert copied == fingerprint(root) and len(copied) == 64
     for plumbing in ("verify/cli.py", "verify/studies/effects.py", "verify/studies/store.py",
-                     "verify/studies/driver.py", "verify/study.py"):
+                     "verify/studies/commands.py", "verify/study.py"):
         with open(tmp_path / plumbing, "a") as f:
             f.write("\n# an edit that changes no result\n")
     assert fingerprint() == copied
@@ -499,7 +499,7 @@ def test_the_fingerprint_hashes_the_modules_a_result_depends_on_wherever_they_ar
 
 STUDENT_MODULES = """
 import sys
-from verify.learning import sgd
+from verify.learning import sgd_program as sgd
 FAST = ["--M", "4", "--K", "2", "--I", "3", "--H", "2", "--O", "2", "--steps", "2", "--eval-samples", "4",
         "--eval-tasks", "16", "--no-progress"]
 for extra in (["--widths", "4"], ["--student", "transformer", "--d-model", "8", "--n-heads", "2",

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from tests.test_study import tiny_study
-from verify.learning import sgd
+from verify.learning import sgd_program as sgd
 from verify.learning.families import FAMILIES
 from verify.learning.records import Metric, as_dicts, lookup
-from verify.studies import driver as study
+from verify.studies import commands as study
 from verify.studies import grids
 from verify.studies.effects import effects_table
 from verify.studies.store import RunStore, config_key

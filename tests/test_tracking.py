@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from verify.learning import sgd
+from verify.learning import sgd_program as sgd
 from verify.learning.records import lookup
 from verify.learning.tracking import metric_name
-from verify.studies import driver
+from verify.studies import commands as driver
 
 TINY = ["--M", "4", "--K", "2", "--I", "2", "--H", "2", "--O", "2", "--shapes", "custom", "--widths", "8",
         "--steps", "40", "--tasks-per-batch", "4", "--samples-per-task", "4", "--eval-tasks", "16",

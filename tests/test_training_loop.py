@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from verify.learning import sgd, train
+from verify.learning import sgd_program as sgd
+from verify.learning import train
 from verify.learning.train import TrainConfig, learning_rate
 
 # optax.warmup_cosine_decay_schedule(init_value=0, peak_value=1e-3, warmup_steps=3,

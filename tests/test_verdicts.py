@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from verify.studies import driver, grids
+from verify.studies import commands as driver
+from verify.studies import grids
 from verify.studies import verdicts as V
 from verify.studies.effects import effects_table
 

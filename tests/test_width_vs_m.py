@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from verify.studies import driver as study
+from verify.studies import commands as study
 from verify.studies import grids, provenance, width
 from verify.studies.effects import effects_table
 from verify.studies.store import RunStore

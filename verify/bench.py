@@ -186,7 +186,7 @@ def ray_overhead(study: str = "task-support") -> dict:
     import tempfile
     from pathlib import Path
 
-    from verify.studies.driver import run_study
+    from verify.studies.commands import run_study
 
     seconds = {}
     with tempfile.TemporaryDirectory() as tmp:
@@ -332,9 +332,9 @@ def study_flops() -> list[dict]:
     student built on the meta device (shapes only, no memory)."""
     import torch
 
-    from verify.learning import sgd
+    from verify.learning import sgd_program as sgd
     from verify.learning.train import step_macs
-    from verify.studies.driver import DEFAULT_PROGRAM, expand, study_names, study_program
+    from verify.studies.commands import DEFAULT_PROGRAM, expand, study_names, study_program
 
     cache: dict = {}
     rows = []

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from constructions.names import (
+from constructions.catalogue import (
     CONSTRUCTION_HELP,
     CONSTRUCTIONS,
     ENCODINGS,
@@ -24,7 +24,7 @@ from constructions.names import (
 from theory.bounds import CONSTANTS, VARIANTS
 from verify import cli
 from verify.cli import UsageError, positive_float, positive_int
-from verify.names import INSTANCE_BOUND_CONSTRUCTIONS, MAX_TASKS
+from verify.presets import INSTANCE_BOUND_CONSTRUCTIONS, MAX_TASKS
 
 MAX_LAYERS = 8
 # Threads pay off once each input row carries I·H ≥ 64 products (the default I = H = 16:

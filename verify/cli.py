@@ -203,7 +203,7 @@ def add_teacher_flags(p: argparse.ArgumentParser, defaults: dict, *, encodings: 
     with its message (verify.bound.check_teacher_and_construction). `encodings` defaults to the
     teacher's own (ENCODINGS)."""
     # Imported here: a program with no teacher (verify.images) loads no task names.
-    from constructions.tasks.names import ENCODINGS, WEIGHTS
+    from constructions.tasks.task_names import ENCODINGS, WEIGHTS
 
     encodings = ENCODINGS if encodings is None else encodings
     for name, what in TEACHER_SIZE_HELP.items():

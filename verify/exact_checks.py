@@ -14,7 +14,7 @@ from constructions.exact import ExactConstruction, enumerate_level_tasks, task_p
 from constructions.tasks.hyperteacher import Hyperteacher, dense_latents, sample_inputs, support_weights
 from theory.exact import n_level_tasks
 from verify.measure import measure_sup_error, pointwise_error
-from verify.names import MAX_TASKS
+from verify.presets import MAX_TASKS
 
 
 def exact_task_errors(net: ExactConstruction, teacher: Hyperteacher, z_tasks: np.ndarray,

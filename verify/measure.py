@@ -2,7 +2,7 @@
 
 A sup cannot be sampled, only bounded from below. Four stages push the estimate up, one
 function each, sharing one BestPoint (the worst point seen, the stage that found it, the
-evaluations each stage spent); one MeasureBudget (verify.names, with every preset) says
+evaluations each stage spent); one MeasureBudget (verify.presets, with every preset) says
 what each stage may spend, and a stage whose budget is 0 is skipped alone:
 1. random points (`random_stage`) on every support (enumerated when there are few enough,
    else a stratified sample), which ranks the tasks;
@@ -44,7 +44,7 @@ from constructions.tasks.hyperteacher import (
     support_weights,
 )
 from verify.cli import progress as progress_bar
-from verify.names import DEFAULT_LINE_EVALUATIONS, DEFAULT_MEASURE, MeasureBudget
+from verify.presets import DEFAULT_LINE_EVALUATIONS, DEFAULT_MEASURE, MeasureBudget
 
 # The line searches (stage 3). Their budget is MeasureBudget.line_evaluations (by default
 # the ascent's evaluations) times min(LINE_BOOST, LINE_NUMBERS / numbers_read(f, teacher)):

@@ -28,14 +28,14 @@ from typing import NamedTuple
 
 import numpy as np
 
-from constructions.names import WEIGHTS
+from constructions.catalogue import WEIGHTS
 from theory.bounds import CONSTANTS, VARIANTS, hidden_units
-from verify import cli, names
+from verify import cli, presets
 from verify.cli import UsageError, positive_float, positive_int
 
-# The fast path's and the preflight's budgets as keyword dicts (verify.names holds every preset).
-FAST_MEASURE = names.SWEEP_MEASURE.kwargs()
-PREFLIGHT_MEASURE = names.PREFLIGHT_MEASURE.kwargs()
+# The fast path's and the preflight's budgets as keyword dicts (verify.presets holds every preset).
+FAST_MEASURE = presets.SWEEP_MEASURE.kwargs()
+PREFLIGHT_MEASURE = presets.PREFLIGHT_MEASURE.kwargs()
 EPS_FIT, ERROR_FIT, M_FIT = "log units vs log 1/ε", "log measured÷cert vs log N", "units vs M"
 # The error's rate. The phase form (theory/instance.py) makes the true sup error exactly
 # (C/N²)·S(N), S a bounded quasi-periodic factor of the phases N·c_ih(z)/(4C), so

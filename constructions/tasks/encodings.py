@@ -34,7 +34,7 @@ import numpy as np
 import torch
 
 from constructions.tasks.hyperteacher import Hyperteacher
-from constructions.tasks.names import ENCODING_NAMES, LINEAR_ENCODINGS  # noqa: F401  (re-exported)
+from constructions.tasks.task_names import ENCODING_NAMES, LINEAR_ENCODINGS  # noqa: F401  (re-exported)
 
 TOKEN_PAD_INDEX = -1.0  # no module has index −1, so a pad pair cannot be read as a task
 TOKEN_PAD_WEIGHT = 0.0  # the weight of an inactive module, as in z itself

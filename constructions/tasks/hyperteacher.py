@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from constructions.tasks.names import ENCODINGS, WEIGHTS  # noqa: F401  (re-exported)
+from constructions.tasks.task_names import ENCODINGS, WEIGHTS  # noqa: F401  (re-exported)
 from theory.bounds import TRUNCATION, init_std, n_tasks
 
 DISCRETE_LEVELS = np.array([0.5, 0.6, 0.7, 0.8, 0.9, 1.0])

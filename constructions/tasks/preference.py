@@ -63,7 +63,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from constructions.tasks.names import WEIGHTS
+from constructions.tasks.task_names import WEIGHTS
 
 LAYOUT = """\
 wwwwwww

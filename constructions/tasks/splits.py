@@ -54,7 +54,7 @@ from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import connected_components
 
 from constructions.tasks.hyperteacher import enumerate_supports
-from constructions.tasks.names import SPLIT_ALIASES, SPLITS
+from constructions.tasks.task_names import SPLIT_ALIASES, SPLITS
 
 
 @dataclass(frozen=True, eq=False)  # eq=False: field-wise == on arrays has no truth value

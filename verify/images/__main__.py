@@ -47,7 +47,7 @@ REPORT = """Summarise results files of `analyse` or `train` (verify.images.resul
 Per file: the model, the family, the judge's success on training and held-out prompts, and the
 denoiser's best layer by held-out F1 (never the text encoder's) with its F1 and exact match.
 Given 3 or more files: Pearson's and Spearman's correlation across files of that F1 with held-out
-success, with percentile bootstrap intervals (verify.images.study.correlation).
+success, with percentile bootstrap intervals (verify.images.study_report.correlation).
 """
 
 

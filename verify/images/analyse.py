@@ -406,7 +406,7 @@ def run(request: Request) -> dict:
 
 def _run(request: Request) -> dict:
     from verify.images import pipeline, results
-    from verify.images.study import best_unet_layer
+    from verify.images.study_report import best_unet_layer
 
     start, seconds = time.perf_counter(), {}
     threads = cli.set_threads(request.threads, cli.default_threads(True))
@@ -506,7 +506,7 @@ def read_results(path: str | Path) -> dict:
 def summarise(path: str | Path, rec: dict) -> dict:
     """One results file as `report` shows it: the model, the family, success on both sides and the
     denoiser's best layer by held-out F1 (never the text encoder's)."""
-    from verify.images.study import best_unet_layer
+    from verify.images.study_report import best_unet_layer
 
     fam = rec.get("family") or {}
     name = f"scene{fam.get('n_objects')}" if fam.get("kind") == "scene" else fam.get("name")
@@ -524,9 +524,9 @@ def summarise(path: str | Path, rec: dict) -> dict:
 
 def report(paths: Sequence[str | Path], records: Sequence[dict] | None = None) -> dict:
     """Per file its summary; with ≥ 3 files that have both numbers, the correlation across files of
-    the best denoiser layer's held-out F1 with held-out success (verify.images.study.correlation:
+    the best denoiser layer's held-out F1 with held-out success (verify.images.study_report.correlation:
     Pearson and Spearman with percentile bootstrap intervals)."""
-    from verify.images.study import correlation
+    from verify.images.study_report import correlation
 
     records = [read_results(p) for p in paths] if records is None else records
     files = [summarise(p, r) for p, r in zip(paths, records, strict=True)]

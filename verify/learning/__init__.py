@@ -6,7 +6,7 @@
     students   the paper's students (MLP, transformer, hypernetwork) as torch modules
     train      AdamW training of any student on any family, with checkpoints
     metrics    the hyperteacher's R², RMSE, sup error and the paper's probe
-    sgd        python -m verify.sgd: train, score and report
+    sgd_program  python -m verify.sgd: train, score and report
 
 Imports flow theory ← constructions ← verify (theorem checks) ← verify.learning ←
 verify.studies; nothing here imports verify.studies.

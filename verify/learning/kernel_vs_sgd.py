@@ -25,8 +25,8 @@ import os
 import time
 from dataclasses import dataclass, field
 
-from constructions.names import ENCODING_NAMES, SPLITS
-from constructions.tasks.names import WEIGHTS
+from constructions.catalogue import ENCODING_NAMES, SPLITS
+from constructions.tasks.task_names import WEIGHTS
 from verify import cli
 from verify.cli import UsageError
 from verify.learning.families import HyperteacherFamily
@@ -285,7 +285,7 @@ def command_line(run: KernelRun) -> list[str]:
 # ----------------------------------------------------------------------------- one run
 
 def _family_and_split(args):
-    from verify.learning.sgd import split_of
+    from verify.learning.sgd_program import split_of
 
     family = HyperteacherFamily.of(args.I, args.H, args.O, args.M, args.K, args.weights, args.encoding,
                                    args.seed)
@@ -382,7 +382,7 @@ def probe_rows(args, family, sides):
 def run(args) -> dict:
     """One run: the family, split and scoring sides; the method's predictor; its scores."""
     from verify.learning.records import as_dicts
-    from verify.learning.sgd import threads_of_run
+    from verify.learning.sgd_program import threads_of_run
 
     progress = False if args.runtime.no_progress else None
     start = time.perf_counter()

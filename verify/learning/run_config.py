@@ -24,14 +24,14 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field, fields
 
-from constructions.names import ENCODING_NAMES, SPLITS
-from constructions.tasks.names import WEIGHTS
+from constructions.catalogue import ENCODING_NAMES, SPLITS
+from constructions.tasks.task_names import WEIGHTS
 from verify import cli
 from verify.cli import UsageError
 from verify.learning.families import DEFAULT_FAMILY, FAMILIES
 from verify.learning.settings import check_fields, checked, choice, flag, setting
 from verify.learning.settings import typed as _typed
-from verify.names import CHECKPOINT_SECONDS, DECAYS, INITS, PRECISIONS, SCHEDULES, SHAPES, STUDENTS
+from verify.presets import CHECKPOINT_SECONDS, DECAYS, INITS, PRECISIONS, SCHEDULES, SHAPES, STUDENTS
 
 # The official transformer (configs/teacher.py ModelConfig) and hypernetwork (d_ffw hidden
 # units); a hypernetwork run records all four, as it always has (its key says so).

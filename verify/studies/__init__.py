@@ -2,7 +2,7 @@
 or serially (python -m verify.study), the SQLite store of their results, and the effects
 table read from it. Committed cpu-scale stores are under results/.
 
-One job a module: driver (python -m verify.study: run_study and the command line), grids
+One job a module: commands (python -m verify.study: run_study and the command line), grids
 (study files and their runs), interfaces (what a program, a report and an analysis must
 provide), provenance (the code fingerprint), behaviour (whether the installed code replays a
 stored run's behaviour record), execution (one run or pack, in whatever process runs it),

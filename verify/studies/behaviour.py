@@ -47,7 +47,7 @@ CURRENT, OTHER, UNKNOWN = "current", "other", "unknown"
 
 
 def has_behaviour(program: str) -> bool:
-    from verify.studies.driver import PROGRAMS
+    from verify.studies.commands import PROGRAMS
 
     return hasattr(PROGRAMS[program].load(), "behaviour")
 
@@ -55,7 +55,7 @@ def has_behaviour(program: str) -> bool:
 def record(program: str, config: dict) -> dict[str, list[float]] | None:
     """The behaviour record of the run of `program` whose key is `config` (a resolved
     configuration, as run_config gives it and a store keeps it; None: the program has none)."""
-    from verify.studies.driver import PROGRAMS
+    from verify.studies.commands import PROGRAMS
 
     module = PROGRAMS[program].load()
     if not hasattr(module, "behaviour"):

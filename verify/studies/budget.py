@@ -68,7 +68,8 @@ def _without_seeds(config: dict) -> str:
 
 def study_budget(name: str, scale: str) -> StudyBudget:
     """The budget of one study at `scale`, read from its store (driver.stored_out)."""
-    from verify.studies import driver, provenance
+    from verify.studies import commands as driver
+    from verify.studies import provenance
     from verify.studies.store import RunStore
 
     _, runs = driver.expand(name, scale)
@@ -105,7 +106,7 @@ def study_budget(name: str, scale: str) -> StudyBudget:
 
 def budget_table(scale: str, workers: int) -> dict:
     """Every study's budget at `scale`, and the totals for `run all` on `workers` workers."""
-    from verify.studies import driver
+    from verify.studies import commands as driver
 
     studies = [study_budget(name, scale) for name in driver.study_names()]
     rows = [dict(study=b.study, runs=b.runs, current=b.current, measured=b.measured, matched=b.matched,

@@ -189,7 +189,7 @@ def _code_notes(study: str, scale: str, stale: dict[str, list], n_done: int,
     other, unknown = stale["other"], stale["unknown"]
     if not (other or unknown):
         return []
-    from verify.studies.driver import stale_line
+    from verify.studies.commands import stale_line
 
     return [stale_line(len(other) + len(unknown), n_done, len(unknown),
                        sorted({r["code_fingerprint"] for r in other}), fingerprint,

@@ -27,7 +27,7 @@ def run_pack(configs: list[dict], places: list[RunPlace]) -> list[dict]:
     result for each, in order. A pack fails as a whole (each of its runs stored as failed with
     the error); only Ctrl-C escapes."""
     code = dict(version=provenance.code_version(), fingerprint=provenance.code_fingerprint())
-    from verify.learning import sgd
+    from verify.learning import sgd_program as sgd
 
     start = time.perf_counter()
     try:

@@ -63,8 +63,9 @@ class Program:
 
 DEFAULT_PROGRAM = "verify.sgd"
 PROGRAMS = {p.name: p for p in (
-    Program("verify.sgd", "verify.learning.sgd", "verify.studies.effects", sgd_grid=True, tracks=True),
-    Program("verify.images.train", "verify.images.train", "verify.images.study", tracks=True),
+    Program("verify.sgd", "verify.learning.sgd_program", "verify.studies.effects", sgd_grid=True,
+            tracks=True),
+    Program("verify.images.train", "verify.images.train", "verify.images.study_report", tracks=True),
     Program("verify.kernel", "verify.learning.kernel_vs_sgd", "verify.studies.kernel_report"),
 )}
 

@@ -1,6 +1,6 @@
 """What the study side asks of the modules it runs and reads, declared once.
 
-- A **program** (a study's `program:`, verify.sgd's verify.learning.sgd unless it names
+- A **program** (a study's `program:`, verify.sgd's verify.learning.sgd_program unless it names
   another; grids.PROGRAMS lists them) turns one grid point into a result, through a typed
   configuration of its own, a frozen dataclass that checks itself (verify.sgd's
   verify.learning.run_config.SgdRun, verify.kernel's kernel_vs_sgd.KernelRun,

@@ -18,7 +18,7 @@ from verify.studies.grids import DEFAULT_PROGRAM, PROGRAMS
 
 PROJECT_PACKAGES = ("theory", "constructions", "verify", "paper_figures")
 # The modules that determine a run's result are derived, not listed by hand: every project
-# module the program's module (verify.learning.sgd for verify.sgd) imports (at module level
+# module the program's module (verify.learning.sgd_program for verify.sgd) imports (at module level
 # or inside a function), followed transitively
 # through the imports written in each module's source, with the packages' __init__ files
 # (code_modules() below), so a module a refactor adds or moves is covered without an edit
@@ -35,7 +35,7 @@ NOT_RESULT_CODE = {
     "verify.cli": "argument checks, output, atomic files, progress bars: what the parser "
                   "resolves is the configuration, and the key hashes it",
     "verify.studies.effects": "verify.sgd uses it only to average several seeds on its own command line",
-    "verify.studies.driver": "the driver: what it passes a run is the configuration or a runtime setting",
+    "verify.studies.commands": "the driver: what it passes a run is the configuration or a runtime setting",
     "verify.studies.grids": "study files and their expansion into configurations, which the key hashes",
     "verify.studies.provenance": "this fingerprint itself",
     "verify.studies.execution": "calls the program with the run's configuration and runtime settings",
@@ -45,8 +45,8 @@ NOT_RESULT_CODE = {
     "verify.studies.behaviour": "judges whether the installed code reproduces a stored run's behaviour "
                                 "record; it makes no result",
     "verify.images.results": "the analysis record's layout and provenance, not its numbers",
-    "verify.images.study": "the image study's report (analyse's `report` command uses its statistics): it "
-                           "reads results, it makes none",
+    "verify.images.study_report": "the image study's report (analyse's `report` command uses its "
+                                  "statistics): it reads results, it makes none",
     "verify.studies": "the package's __init__, a docstring (verify.images.train keys its folder with "
                       "verify.studies.store)",
 }

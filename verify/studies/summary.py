@@ -47,7 +47,8 @@ def generate(name: str) -> str:
         return budget.summary_line(budget.budget_table(SCALE, 2)) + "\n"
     if name == "grids":
         return grids_table() + "\n"
-    from verify.studies import driver, grids, provenance
+    from verify.studies import commands as driver
+    from verify.studies import grids, provenance
 
     if name not in driver.study_names():
         raise ValueError(f"README block {name!r}: not a study, nor `budget`")
@@ -72,7 +73,8 @@ def generate(name: str) -> str:
 
 def grids_table() -> str:
     """Each study's runs at every scale, and what its committed cpu store holds."""
-    from verify.studies import driver, grids
+    from verify.studies import commands as driver
+    from verify.studies import grids
 
     lines = ["| study | program | " + " | ".join(driver.SCALES)
              + f" | committed {SCALE} store: done (current) |",

@@ -76,7 +76,7 @@ class TaskFamily(ABC):
     optimiser: ClassVar[dict]  # AdamW's defaults: lr, weight_decay
     paper_preset: ClassVar[dict]  # the settings --paper sets
     paper_widths: ClassVar[list[int]]  # the MLP's widths under --paper
-    shapes: ClassVar[tuple[str, ...]] = ("custom",)  # the MLP shapes it offers (verify.names.SHAPES)
+    shapes: ClassVar[tuple[str, ...]] = ("custom",)  # the MLP shapes it offers (verify.presets.SHAPES)
     default_shapes: ClassVar[tuple[str, ...]] = ("custom",)
     default_widths: ClassVar[list[int] | None] = None  # --widths when not given (None: none)
     shapes_note: ClassVar[str] = ""  # why it offers only `shapes`, for the refusal
@@ -166,7 +166,7 @@ class TaskFamily(ABC):
         """{side: (its supports, its scoring set)}, the same for every network scored: the
         training supports ('train'), the held-out ones ('held_out'), and k active modules for
         each k in extra_k ('k<k>'). A run's behaviour record scores each side on its first
-        few supports (verify.learning.sgd.behaviour)."""
+        few supports (verify.learning.sgd_program.behaviour)."""
 
     @abstractmethod
     def score(self, network: str, f, sides: dict, seed: int, probe_net=None,

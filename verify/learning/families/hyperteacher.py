@@ -35,7 +35,7 @@ def sequence_measure(fraction: float):
     search at the defaults, P = 16, I = 4)."""
     from dataclasses import replace
 
-    from verify.names import SGD_MEASURE
+    from verify.presets import SGD_MEASURE
 
     search = SGD_MEASURE.scaled(fraction)
     return search if fraction == 1 else replace(search, line_evaluations=0)
@@ -124,7 +124,7 @@ class HyperteacherFamily(TaskFamily):
         self.teacher, self.encode, self.encoding, self._config = teacher, encode, encoding, config or {}
         self.M, self.K, self.I, self.O = teacher.M, teacher.K, teacher.I, teacher.O
         self.sup_measure = None  # the sup error's search budget, every network's (None: as below)
-        self.sequence_measure = None  # a sequence student's (None: names.SGD_MEASURE, as any network's)
+        self.sequence_measure = None  # a sequence student's (None: presets.SGD_MEASURE, as any network's)
         self.search_fraction = 1.0  # its share of the full search (from_run: search_fraction)
 
     # ------------------------------------------------------------------ command line
@@ -219,7 +219,7 @@ class HyperteacherFamily(TaskFamily):
             rmse,
             sup_error,
         )
-        from verify.names import SGD_MEASURE
+        from verify.presets import SGD_MEASURE
 
         encode = encode or self.encode
         search = self.sup_measure or (self.sequence_measure if reads_sequence(f) else None) or SGD_MEASURE
@@ -244,7 +244,7 @@ class HyperteacherFamily(TaskFamily):
         """The sup search a run gives network `f`, for its report: the fraction of the full
         search and the budget, where it is not the full one (a short run's sequence student)."""
         from verify.learning.metrics import reads_sequence
-        from verify.names import SGD_MEASURE
+        from verify.presets import SGD_MEASURE
 
         search = self.sequence_measure if reads_sequence(f) else None
         if search is None or search == SGD_MEASURE:
@@ -253,7 +253,7 @@ class HyperteacherFamily(TaskFamily):
 
     def reference(self, eps):
         """The theorem's shallow construction at ε (verify.sgd compares every student with it)."""
-        from constructions.names import LINEAR_ENCODINGS
+        from constructions.catalogue import LINEAR_ENCODINGS
         from constructions.shallow import build_shallow
 
         construction = build_shallow(self.teacher, eps)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from constructions.tasks.names import (  # noqa: F401  (the CLIs read every name from here)
+from constructions.tasks.task_names import (  # noqa: F401  (the CLIs read every name from here)
     ENCODING_NAMES,
     ENCODINGS,
     LINEAR_ENCODINGS,

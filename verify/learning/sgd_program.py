@@ -27,7 +27,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from constructions.names import ENCODING_NAMES, SPLITS
+from constructions.catalogue import ENCODING_NAMES, SPLITS
 from verify import cli
 from verify.cli import (
     UsageError,
@@ -41,7 +41,7 @@ from verify.learning import tracking
 from verify.learning.families import DEFAULT_FAMILY, FAMILIES
 from verify.learning.run_config import Runtime, SgdRun, setting_names
 from verify.learning.settings import typed_only
-from verify.names import (
+from verify.presets import (
     CHECKPOINT_SECONDS,
     DECAYS,
     INITS,
@@ -596,7 +596,7 @@ def behaviour(args) -> dict[str, list[float]]:
         prep.sides = {side: (supports[:BEHAVIOUR_SUPPORTS], sampled) for side, (supports, sampled) in
                       prep.sides.items()}
         if hasattr(prep.family, "sup_measure"):
-            from verify.names import MeasureBudget
+            from verify.presets import MeasureBudget
 
             prep.family.sup_measure = MeasureBudget(**BEHAVIOUR_MEASURE)
         supports = [np.asarray(prep.split.train, dtype=np.int64), np.asarray(prep.split.test, dtype=np.int64)]

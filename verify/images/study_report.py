@@ -331,7 +331,7 @@ def effects_table(study: str, scale: str, out: Path, keys: set[str] | None = Non
     with `fingerprint` (the program's code fingerprint), runs made by other or unknown code are
     marked. The verdicts follow `plan`, by default the study file's."""
     if plan is None:
-        from verify.studies.driver import study_plan
+        from verify.studies.commands import study_plan
 
         plan = study_plan(study, missing_ok=True)
     with RunStore(out / "study.sqlite", readonly=True) as store:
