@@ -16,6 +16,15 @@ def test_every_program_and_its_report_follow_their_protocols(name):
         pytest.importorskip("diffusers")
     assert isinstance(program.load(), StudyProgram)
     assert isinstance(program.report_module(), StudyReport)
+    # A program that runs in packs says which grids it cannot pack.
+    assert callable(getattr(program.load(), "check_pack_grid", None)) == program.packs
+
+
+def test_the_sgd_program_refuses_to_pack_a_grid_of_several_students_a_run():
+    program = grids.PROGRAMS["verify.sgd"].load()
+    program.check_pack_grid([{"shapes": ["custom"], "widths": [8, 8]}, {"student": "transformer"}])
+    with pytest.raises(UsageError, match="trains 2 students of different shapes"):
+        program.check_pack_grid([{"shapes": ["custom"]}, {"shapes": ["matched", "balanced"]}])
 
 
 @pytest.mark.parametrize("study", grids.study_names())

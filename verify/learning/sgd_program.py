@@ -243,6 +243,17 @@ def own_parameters(params: dict) -> dict:
             if not any(k in other.settings and k not in own for other in FAMILIES.values())}
 
 
+def check_pack_grid(configs: list[dict]) -> None:
+    """A study's --pack takes runs of one student each: refuse a grid (its runs' keys) whose
+    runs train several."""
+    for c in configs:
+        shapes = c.get("shapes") or []
+        if c.get("student", "mlp") == "mlp" and len(shapes) != 1:
+            raise UsageError(f"--pack: a run of this grid trains {len(shapes)} students of different shapes "
+                             f"(--shapes {' '.join(shapes)}); a pack takes runs of one student each (give "
+                             "the grid one shape, or width and depth)")
+
+
 def config_of(params: dict) -> SgdRun:
     """The run of a study's grid point (its parameters by name, as the study file types them)."""
     own = own_parameters(params)

@@ -59,7 +59,6 @@ from verify.studies.grids import (  # noqa: F401 - the study side's names, as ve
     STUDIES_DIR,
     Program,
     Run,
-    check_packable_grid,
     default_out,
     expand,
     load_study,
@@ -289,7 +288,7 @@ def parse_args(argv=None):
         program = PROGRAMS[runs[0].program]
         _refuse_flags(args, program, args.study)
         if args.pack > 1:
-            check_packable_grid(runs)
+            program.load().check_pack_grid([r.config for r in runs])
     args.out = cli.prepare_out_dir(args.out or default_out(args.study, args.scale), "--out")
     return args
 
@@ -297,7 +296,7 @@ def parse_args(argv=None):
 def _refuse_flags(args, program, study: str) -> None:
     """UsageError for a run flag that `program` does not take: --pack and --checkpoint-minutes
     (verify.sgd's), --log (the programs that track)."""
-    if not program.sgd_grid and (args.pack > 1 or args.checkpoint_minutes is not None):
+    if not program.packs and (args.pack > 1 or args.checkpoint_minutes is not None):
         flag = "--pack" if args.pack > 1 else "--checkpoint-minutes"
         raise UsageError(f"{flag} applies to verify.sgd's studies; {study} runs {program.name}")
     if args.log and not program.tracks:

@@ -46,8 +46,9 @@ class Program:
     name: str  # as a user runs it, and as a study file names it
     module: str
     report: str
-    # verify.sgd's: packs of runs (--pack) and a checkpoint interval (--checkpoint-minutes).
-    sgd_grid: bool = False
+    # Runs in packs (--pack; the module's check_pack_grid refuses a grid it cannot pack) with a
+    # checkpoint interval (--checkpoint-minutes): verify.sgd's.
+    packs: bool = False
     tracks: bool = False  # takes --log, --log-group, --log-name (verify.learning.tracking)
 
     def load(self):
@@ -63,7 +64,7 @@ class Program:
 
 DEFAULT_PROGRAM = "verify.sgd"
 PROGRAMS = {p.name: p for p in (
-    Program("verify.sgd", "verify.learning.sgd_program", "verify.studies.effects", sgd_grid=True,
+    Program("verify.sgd", "verify.learning.sgd_program", "verify.studies.effects", packs=True,
             tracks=True),
     Program("verify.images.train", "verify.images.train", "verify.images.study_report", tracks=True),
     Program("verify.kernel", "verify.learning.kernel_vs_sgd", "verify.studies.kernel_report"),
@@ -319,14 +320,3 @@ def stored_out(name: str, scale: str) -> Path:
         return here
     shipped = PACKAGED_RESULTS_DIR / Path(name).stem / scale
     return shipped if (shipped / "study.sqlite").is_file() else here
-
-
-
-def check_packable_grid(runs: list[Run]) -> None:
-    """--pack takes runs of one student each: refuse a grid whose runs train several."""
-    for run in runs:
-        c = run.config
-        if c.get("student", "mlp") == "mlp" and len(c.get("shapes") or []) != 1:
-            raise UsageError(f"--pack: a run of this grid trains {len(c.get('shapes') or [])} students of "
-                             f"different shapes (--shapes {' '.join(c.get('shapes') or [])}); a pack takes "
-                             "runs of one student each (give the grid one shape, or width and depth)")

@@ -14,7 +14,8 @@
   that change no result). It may define `behaviour` (verify.studies.behaviour's record of a
   run: a few numbers any change to its training or scoring moves), `own_parameters` (which
   of a grid point's parameters apply to its run) and `STUDY_PARAMETERS` (parameters that are
-  not flags: verify.sgd's width and depth).
+  not flags: verify.sgd's width and depth); a program that runs in packs (grids.Program.packs)
+  defines `check_pack_grid(configs)`, its refusal of a grid it cannot pack.
 - A **report** module (a program's `report`) reads a study's store back: `effects_table`,
   `write_table`, `format_markdown` and `export_csv`; it may define `format_compact` (the
   table → the README's block; verify.studies.summary's own lines otherwise).
