@@ -156,3 +156,37 @@ def test_the_image_program_records_its_behaviour_and_a_changed_loss_or_judge_mov
     rest = {k: v for k, v in first.items() if k != "success"}
     assert behaviour.difference(rest, {k: passed[k] for k in rest}) is None
     assert behaviour.difference(first, passed).startswith("success[")
+
+
+def test_attest_marks_the_runs_this_code_replays_and_a_reader_of_it_replays_none(tmp_path, monkeypatch):
+    """`record-behaviour` also replays the runs of other code: each the installed code
+    reproduces is attested in the store, so a reader of that same code (a fresh clone, CI)
+    judges it current without replaying; a record this code does not reproduce is not
+    attested, and a reader of other code still replays; a rerun clears the attestation."""
+    path, out = tiny_study(tmp_path, seeds="[1, 2]"), tmp_path / "out"
+    study.run_study(path, "paper", out, engine="serial", progress=False)
+    db, fingerprint = out / "study.sqlite", provenance.code_fingerprint()
+    with RunStore(db) as store:
+        first, second = store.rows()
+        store.db.execute("UPDATE runs SET code_fingerprint = ?", ("0" * 64,))
+        doubled_lr = [2 * v for v in second["behaviour"]["lr"]]
+        store.set_behaviour(second["key"], {**second["behaviour"], "lr": doubled_lr})
+    counts = behaviour.attest("verify.sgd", db, fingerprint, progress=False)
+    assert (counts["attested"], counts["already"], list(counts["differ"])) == (1, 0, [second["key"]])
+    assert counts["differ"][second["key"]].startswith("lr[0]")
+    again = behaviour.attest("verify.sgd", db, fingerprint, progress=False)
+    assert (again["attested"], again["already"], list(again["differ"])) == (0, 1, [second["key"]])
+    with RunStore(db, readonly=True) as store:
+        by = {r["key"]: r for r in store.rows()}
+    assert by[first["key"]]["attested"] == [fingerprint] and by[second["key"]]["attested"] == []
+
+    def replayed(*args):
+        raise AssertionError("replayed")
+
+    monkeypatch.setattr(behaviour, "record", replayed)
+    assert behaviour.Judge("verify.sgd", fingerprint)(by[first["key"]]) == behaviour.CURRENT
+    with pytest.raises(AssertionError, match="replayed"):
+        behaviour.Judge("verify.sgd", "f" * 64)(by[first["key"]])
+    with RunStore(db) as store:
+        store.start(first["key"], "s", "paper", first["config"])
+        assert store.rows()[0]["attested"] == []

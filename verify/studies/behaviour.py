@@ -106,6 +106,17 @@ def _save_cache(cache: dict) -> None:
         pass  # a read-only home: replays are simply not remembered
 
 
+def replay_difference(program: str, run: dict, fingerprint: str) -> str:
+    """Where the installed code (of `fingerprint`) first differs from the run's stored record
+    when it replays it ("" where it agrees), cached in the user's cache folder."""
+    cache = _load_cache()
+    slot = f"{run['key']}:{run['code_fingerprint']}:{fingerprint}"
+    if slot not in cache:
+        cache[slot] = difference(run["behaviour"], record(program, run["config"])) or ""
+        _save_cache(cache)
+    return cache[slot]
+
+
 class Judge:
     """Each run's code status against the installed code (module docstring), its replays
     cached. `why[key]` says why a run is `other` when a replay says so."""
@@ -113,25 +124,19 @@ class Judge:
     def __init__(self, program: str, fingerprint: str):
         self.program, self.fingerprint = program, fingerprint
         self.why: dict[str, str] = {}
-        self._cache = None
 
     def __call__(self, run: dict) -> str:
         made_by = run.get("code_fingerprint")
         if made_by is None:
             return UNKNOWN
-        if made_by == self.fingerprint:
+        if made_by == self.fingerprint or self.fingerprint in run.get("attested", ()):
             return CURRENT
         stored = run.get("behaviour")
         if not stored or not has_behaviour(self.program):
             return OTHER
-        if self._cache is None:
-            self._cache = _load_cache()
-        slot = f"{run['key']}:{made_by}:{self.fingerprint}"
-        if slot not in self._cache:
-            self._cache[slot] = difference(stored, record(self.program, run["config"])) or ""
-            _save_cache(self._cache)
-        if self._cache[slot]:
-            self.why[run["key"]] = self._cache[slot]
+        why = replay_difference(self.program, run, self.fingerprint)
+        if why:
+            self.why[run["key"]] = why
             return OTHER
         return CURRENT
 
@@ -156,6 +161,39 @@ def record_missing(program: str, store_path: Path, fingerprint: str, progress: b
         for r in todo:
             store.set_behaviour(r["key"], record(program, r["config"]))
             counts["recorded"] += 1
+            bar.update(1)
+        bar.close()
+    return counts
+
+
+def attest(program: str, store_path: Path, fingerprint: str, progress: bool | None = None) -> dict:
+    """Replay the behaviour record of every done run made by other code, and mark in the store
+    each one the installed code (of `fingerprint`) reproduces: the store then says which code
+    was shown to compute what each run computed, and a reader of that code (a fresh clone, CI)
+    judges it current without replaying. Returns the counts, with why each that differs does."""
+    from verify.cli import progress as progress_bar
+    from verify.studies.store import RunStore
+
+    counts = dict(attested=0, already=0, differ={}, no_record=0)
+    if not has_behaviour(program):
+        return counts
+    with RunStore(store_path) as store:
+        todo = []
+        for r in store.rows(status="done"):
+            if r["code_fingerprint"] == fingerprint or fingerprint in r["attested"]:
+                counts["already"] += 1
+            elif not r["behaviour"] or r["code_fingerprint"] is None:
+                counts["no_record"] += 1
+            else:
+                todo.append(r)
+        bar = progress_bar(len(todo), "replays", progress, unit="run")
+        for r in todo:
+            why = replay_difference(program, r, fingerprint)
+            if why:
+                counts["differ"][r["key"]] = why
+            else:
+                store.attest(r["key"], fingerprint)
+                counts["attested"] += 1
             bar.update(1)
         bar.close()
     return counts

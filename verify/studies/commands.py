@@ -24,7 +24,10 @@ marked as made by other code.
   list                     the studies and what their stores hold
   budget                   what regenerating a scale costs (verify.studies.budget)
   readme                   rewrite the README's result blocks (verify.studies.summary)
-  record-behaviour STUDY   record the behaviour of runs this code made before runs did
+  record-behaviour STUDY   record the behaviour of runs this code made before runs did, and
+                           replay the records of runs made by other code: each this code
+                           reproduces is attested in the store (a fresh clone then reads it
+                           current without replaying)
 
 Exit codes: 0 done, 1 a construction violated its certificate in some run, 2 usage
 error, 3 internal error, 130 interrupted. A run that fails is stored as failed (with its
@@ -222,7 +225,8 @@ def build_parser() -> cli.Parser:
     md.add_argument("--file", metavar="README", help="the file whose `<!-- results: NAME -->` blocks to "
                                                    "rewrite (default: the checkout's README.md)")
     rec = sub.add_parser("record-behaviour",
-                         help="record the behaviour of the runs this code made before runs recorded it")
+                         help="record the behaviour of the runs this code made before runs recorded it, "
+                              "and attest in the store the runs of other code whose record it replays")
     common(rec)
     cli.add_common(rec, threads_default="1")
     return p
@@ -344,6 +348,12 @@ def work(args) -> int:
                  f"{counts['had']} runs had one; {counts['other_code']} runs by other or unknown code have "
                  "none (only a rerun records theirs)" if not counts["program_has_none"] else
                  f"{program} records no behaviour: its runs are judged by their code fingerprint alone")
+        replayed = behaviour.attest(program, args.store / "study.sqlite",
+                                    provenance.code_fingerprint(program),
+                                    progress=False if args.no_progress else None)
+        cli.emit(f"{replayed['attested']} runs of other code replayed by this code: attested in the store; "
+                 f"{replayed['already']} current already; {len(replayed['differ'])} differ"
+                 + "".join(f"\n  {key[:12]}: {why}" for key, why in replayed["differ"].items()))
         return cli.EXIT_OK
     report = PROGRAMS[program].report_module()
     if args.command == "report":

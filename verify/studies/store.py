@@ -49,12 +49,14 @@ CREATE TABLE IF NOT EXISTS runs (
     updated  REAL NOT NULL,      -- Unix time of the last change
     code_version     TEXT,       -- the project's version that made the result (NULL: unknown)
     code_fingerprint TEXT,       -- verify.studies.provenance.code_fingerprint() of that code (NULL: unknown)
-    behaviour        TEXT        -- JSON: the run's behaviour record (verify.studies.behaviour; NULL: none)
+    behaviour        TEXT,       -- JSON: the run's behaviour record (verify.studies.behaviour; NULL: none)
+    attested         TEXT        -- JSON: fingerprints of later code that replayed that record (NULL: none)
 )
 """
 STATUSES = ("running", "done", "failed")
 # Columns added after the first stores were written: (name, type), nullable, added by migrate().
-ADDED_COLUMNS = (("code_version", "TEXT"), ("code_fingerprint", "TEXT"), ("behaviour", "TEXT"))
+ADDED_COLUMNS = (("code_version", "TEXT"), ("code_fingerprint", "TEXT"), ("behaviour", "TEXT"),
+                 ("attested", "TEXT"))
 
 
 def config_key(config: dict) -> str:
@@ -114,7 +116,7 @@ class RunStore:
                 "INSERT INTO runs (key, study, scale, config, status, attempts, updated) "
                 "VALUES (?, ?, ?, ?, 'running', 1, ?) ON CONFLICT(key) DO UPDATE SET "
                 "status = 'running', error = NULL, attempts = attempts + 1, updated = excluded.updated, "
-                "code_version = NULL, code_fingerprint = NULL, behaviour = NULL",
+                "code_version = NULL, code_fingerprint = NULL, behaviour = NULL, attested = NULL",
                 (key, study, scale, json.dumps(config, sort_keys=True), time.time()))
 
     def finish(self, key: str, report: dict, seconds: float, *, version: str | None = None,
@@ -136,6 +138,16 @@ class RunStore:
             self.db.execute("UPDATE runs SET behaviour = ? WHERE key = ? AND status = 'done'",
                             (_behaviour_json(behaviour), key))
 
+    def attest(self, key: str, fingerprint: str) -> None:
+        """Record that the code of `fingerprint` replayed the done run's behaviour record within
+        verify.studies.behaviour's tolerance (verify.studies.behaviour.attest)."""
+        with self._transaction():
+            (attested,) = self.db.execute("SELECT attested FROM runs WHERE key = ?", (key,)).fetchone()
+            known = json.loads(attested) if attested else []
+            if fingerprint not in known:
+                self.db.execute("UPDATE runs SET attested = ? WHERE key = ? AND status = 'done'",
+                                (json.dumps(known + [fingerprint]), key))
+
     def fail(self, key: str, error: str, seconds: float, *, version: str | None = None,
              fingerprint: str | None = None) -> None:
         with self._transaction():
@@ -145,7 +157,8 @@ class RunStore:
 
     def rows(self, status: str | None = None) -> list[dict]:
         """Every run (or those with `status`), config and report decoded, oldest first;
-        code_version and code_fingerprint are None where the code is unknown."""
+        code_version and code_fingerprint are None where the code is unknown; `attested` lists
+        the fingerprints of later code that replayed the run's behaviour record."""
         code = [c if c in self.columns else f"NULL AS {c}" for c, _ in ADDED_COLUMNS]
         query = ("SELECT key, study, scale, config, status, report, error, seconds, attempts, "
                  f"{', '.join(code)} FROM runs")
@@ -154,12 +167,13 @@ class RunStore:
             query, params = query + " WHERE status = ?", (status,)
         out = []
         for (key, study, scale, config, st, report, error, seconds, attempts, version, fingerprint,
-             behaviour) in self.db.execute(query + " ORDER BY rowid", params):
+             behaviour, attested) in self.db.execute(query + " ORDER BY rowid", params):
             out.append(dict(key=key, study=study, scale=scale, config=json.loads(config), status=st,
                             report=None if report is None else json.loads(report), error=error,
                             seconds=seconds, attempts=attempts, code_version=version,
                             code_fingerprint=fingerprint,
-                            behaviour=None if behaviour is None else json.loads(behaviour)))
+                            behaviour=None if behaviour is None else json.loads(behaviour),
+                            attested=json.loads(attested) if attested else []))
         return out
 
 
