@@ -4,6 +4,7 @@ added by its own module and one `register` call, trained end to end through veri
 a study, with no edit to the project."""
 
 import contextlib
+import dataclasses
 import json
 
 import pytest
@@ -12,6 +13,7 @@ from tests.toy_family import LinearFamily
 from verify.learning import families
 from verify.learning import sgd_program as sgd
 from verify.learning.families import DEFAULT_FAMILY, FAMILIES, TaskFamily
+from verify.learning.settings import shown
 from verify.presets import SHAPES
 from verify.studies import commands as driver
 
@@ -64,6 +66,10 @@ def test_every_family_declares_its_command_line_and_reports_consistently(family)
         actions = {a.dest: a for a in parser._actions}
         assert set(family.settings) <= set(actions), "a setting with no flag"
         assert set(family.paper_preset) <= set(actions) and set(family.smoke) <= set(actions)
+        # Each flag a setting declares states the setting's own default (one source).
+        for f in dataclasses.fields(family.Settings):
+            if f.metadata.get("help") and f.default not in (None, False):
+                assert f"(default {shown(f.default)})" in actions[f.name].help, f.name
         # Every other family's flags are refused for it (given a value they accept: their default).
         for other in FAMILIES.values():
             for dest in set(other.settings) - set(family.settings):

@@ -19,8 +19,8 @@ from verify.learning.records import Metric
 
 @dataclass(frozen=True)
 class LinearSettings:
-    D: int = setting(2, positive_int)  # input and output size
-    rows: int = setting(8, positive_int)  # samples per task
+    D: int = setting(2, positive_int, help="input and output size")
+    rows: int = setting(8, positive_int, help="samples per task")
 
     @property
     def samples_per_task(self) -> int:
@@ -56,11 +56,6 @@ class LinearFamily(TaskFamily):
         self.encoding, self.weights, self.seed = encoding, weights, seed
         self.W = torch.randn(M, D, D, generator=torch.Generator().manual_seed(seed), dtype=torch.float64) / D
         self.encode = make_encoder(encoding, SimpleNamespace(M=M, K=K, Q=None), seed=seed)
-
-    @classmethod
-    def add_flags(cls, parser):
-        parser.add_argument("--D", type=positive_int, help="linear: input and output size (default 2)")
-        parser.add_argument("--rows", type=positive_int, help="linear: samples per task (default 8)")
 
     @classmethod
     def validate(cls, run):

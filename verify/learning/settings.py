@@ -39,10 +39,11 @@ def switch(value) -> bool:
     return value
 
 
-def setting(default, check: Callable, many: bool = False, optional: bool = False):
+def setting(default, check: Callable, many: bool = False, optional: bool = False, help: str | None = None):
     """A field of a run's settings with its validator (its flag's type), and whether it holds
-    several values (`many`, a tuple) or may be None, not set (`optional`)."""
-    return field(default=default, metadata=dict(check=check, many=many, optional=optional))
+    several values (`many`, a tuple) or may be None, not set (`optional`). With `help`, the
+    setting declares its own flag (add_setting_flags); without, its flag is declared elsewhere."""
+    return field(default=default, metadata=dict(check=check, many=many, optional=optional, help=help))
 
 
 def flag(name: str) -> str:
@@ -121,3 +122,26 @@ def typed_only(parser: argparse.ArgumentParser, names) -> argparse.ArgumentParse
         if action.dest in names:
             action.default = argparse.SUPPRESS
     return parser
+
+
+def shown(value) -> str:
+    """A default as a flag's help states it: 0.01, 16, 0.9, a b for several."""
+    if isinstance(value, tuple | list):
+        return " ".join(map(shown, value))
+    return format(value, "g") if isinstance(value, float) else str(value)
+
+
+def add_setting_flags(parser: argparse.ArgumentParser, owner, prefix: str) -> None:
+    """A flag for each setting of dataclass `owner` that declares its help: its validator as
+    the type, its default stated in the help (from the field: the one source) and no default
+    of its own (the dataclass fills it). A switch is a flag without a value."""
+    for f in fields(owner):
+        meta = f.metadata
+        if meta.get("help") is None:
+            continue
+        if meta["check"] is switch:
+            parser.add_argument(flag(f.name), action="store_true", help=f"{prefix}: {meta['help']}")
+            continue
+        stated = "" if f.default is None else f" (default {shown(f.default)})"
+        parser.add_argument(flag(f.name), type=meta["check"], nargs="+" if meta["many"] else None,
+                            help=f"{prefix}: {meta['help']}{stated}")

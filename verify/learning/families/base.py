@@ -9,8 +9,9 @@ TaskFamily, and one line in the registry (verify/learning/families/__init__.py).
   (verify.learning.run_config.SgdRun). Besides its fields, Settings gives `samples_per_task`
   and `eval_samples`: the value a run's training and scoring pass to `rows_per_task`,
   `batches` and `eval_sides` (a field, or a property where the family has no such choice);
-- its command line: `add_flags` (its own flags of verify.sgd, one per field of Settings, with
-  no default: Settings holds it; another family's run refuses them), `paper_preset` (what
+- its command line: its own flags of verify.sgd, one per field of Settings, declared on the
+  field (`setting(default, validator, help=...)`; `add_flags` makes them, with no default:
+  Settings holds it; another family's run refuses them), `paper_preset` (what
   --paper sets), `optimiser` (AdamW's defaults), the MLP shapes and widths it offers, and
   `validate(run)` (its refusals, one line and exit 2 before any work);
 - its task: `from_run` builds it, with its encoder, from a run (an SgdRun), `paper_default`
@@ -39,7 +40,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
-from verify.learning.settings import choice, setting, switch  # noqa: F401 (the families' API)
+from verify.learning.settings import add_setting_flags, choice, setting, switch  # noqa: F401 (the families' API)
 
 if TYPE_CHECKING:
     import torch
@@ -110,9 +111,10 @@ class TaskFamily(ABC):
 
     @classmethod
     def add_flags(cls, parser) -> None:
-        """Add this family's own flags to verify.sgd's parser (their destinations: `settings`);
-        none by default."""
-        return None
+        """Add this family's own flags to verify.sgd's parser (their destinations: `settings`):
+        one for each field of Settings that declares its help (setting(..., help=)), its
+        default stated from the field."""
+        add_setting_flags(parser, cls.Settings, cls.name)
 
     @classmethod
     def validate(cls, run) -> None:

@@ -74,15 +74,17 @@ class HyperteacherBatches:
 @dataclass(frozen=True)
 class HyperteacherSettings:
     """The hyperteacher's own settings of a verify.sgd run (its flags: --I --H --O, verify.cli's
-    teacher flags shared with verify.bound, and add_flags' --eps --samples-per-task
-    --eval-samples)."""
+    teacher flags shared with verify.bound, and its own --eps --samples-per-task --eval-samples,
+    declared here); the defaults are the paper's."""
 
     I: int = setting(4, cli.positive_int)  # noqa: E741 (the paper's name)
     H: int = setting(4, cli.positive_int)
     O: int = setting(4, cli.positive_int)  # noqa: E741
-    eps: float = setting(1e-2, cli.positive_float)  # ε of the construction, which sets the matched size
-    samples_per_task: int = setting(16, cli.positive_int)  # x per task per training step
-    eval_samples: int = setting(16, cli.positive_int)  # x per task for RMSE and R²
+    eps: float = setting(1e-2, cli.positive_float,
+                         help="ε of the construction, which also sets the matched size")
+    samples_per_task: int = setting(16, cli.positive_int,
+                                    help="x per task per step; a preference task is one episode")
+    eval_samples: int = setting(16, cli.positive_int, help="x per task for RMSE and R²")
 
 
 class HyperteacherFamily(TaskFamily):
@@ -128,19 +130,6 @@ class HyperteacherFamily(TaskFamily):
         self.search_fraction = 1.0  # its share of the full search (from_run: search_fraction)
 
     # ------------------------------------------------------------------ command line
-
-    @classmethod
-    def add_flags(cls, parser) -> None:
-        from verify.cli import positive_float, positive_int
-
-        parser.add_argument("--eps", type=positive_float,
-                            help="hyperteacher: ε of the construction, which also sets the matched size "
-                                 "(default 1e-2)")
-        parser.add_argument("--samples-per-task", type=positive_int,
-                            help="hyperteacher: x per task per step (default 16); a preference task is one "
-                                 "episode")
-        parser.add_argument("--eval-samples", type=positive_int,
-                            help="hyperteacher: x per task for RMSE and R² (default 16, the paper's)")
 
     @classmethod
     def from_run(cls, run) -> HyperteacherFamily:

@@ -73,14 +73,19 @@ def action_accuracy(logits, actions, mask) -> tuple[float, float]:
 
 @dataclass(frozen=True)
 class PreferenceSettings:
-    """The preference grid's own settings of a verify.sgd run (add_flags' --F --objects
-    --timelimit --discount --allow-M-above-F)."""
+    """The preference grid's own settings of a verify.sgd run, each its own flag (--F --objects
+    --timelimit --discount --allow-M-above-F); the defaults are the paper's."""
 
-    F: int = setting(16, cli.positive_int)  # feature types of the objects (num_features)
-    objects: int = setting(4, cli.positive_int)
-    timelimit: int = setting(8, cli.positive_int)  # value-iteration backups and steps per episode
-    discount: float = setting(0.9, cli.open_fraction)
-    allow_M_above_F: bool = setting(False, switch)  # a deviation from the official run.py (M ≤ F)
+    F: int = setting(16, cli.positive_int,
+                     help="feature types of the objects (num_features; the paper's sweeps use 16 and 32)")
+    objects: int = setting(4, cli.positive_int, help=f"objects in the grid, at most {MAX_OBJECTS}")
+    timelimit: int = setting(8, cli.positive_int, help="value-iteration backups and steps per episode")
+    discount: float = setting(0.9, cli.open_fraction, help="the demonstrator's discount, in (0, 1)")
+    allow_M_above_F: bool = setting(
+        False, switch, help="allow more modules than feature types (M > F), a deviation from the official "
+                            "run.py, which requires num_preferences ≤ num_features: a task's rewards are "
+                            "basisᵀz, a projection of its M weights onto F dimensions, in which distinct "
+                            "tasks can coincide when F < M")
 
     @property
     def samples_per_task(self) -> int:
@@ -124,28 +129,6 @@ class PreferenceFamily(TaskFamily):
         self.M, self.K, self.I, self.O = world.M, world.K, world.obs_dim, world.n_actions
 
     # ------------------------------------------------------------------ command line
-
-    @classmethod
-    def add_flags(cls, parser) -> None:
-        from verify.cli import open_fraction, positive_int
-
-        parser.add_argument("--F", type=positive_int,
-                            help="preference: feature types of the objects (num_features; default 16, the "
-                                 "paper's sweeps use 16 and 32)")
-        parser.add_argument("--allow-M-above-F", action="store_true",
-                            help="preference: allow more modules than feature types (M > F), a deviation "
-                                 "from the official run.py, which requires num_preferences ≤ num_features: a "
-                                 "task's rewards are basisᵀz, a projection of its M weights onto F "
-                                 "dimensions, in which distinct tasks can coincide when F < M")
-        parser.add_argument("--objects", type=positive_int,
-                            help=f"preference: objects in the grid, at most {MAX_OBJECTS} (default 4, the "
-                                 "paper's)")
-        parser.add_argument("--timelimit", type=positive_int,
-                            help="preference: value-iteration backups and steps per episode (default 8, the "
-                                 "paper's)")
-        parser.add_argument("--discount", type=open_fraction,
-                            help="preference: the demonstrator's discount, in (0, 1) (default 0.9, the "
-                                 "paper's)")
 
     @classmethod
     def validate(cls, run) -> None:
