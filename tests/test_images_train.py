@@ -295,9 +295,9 @@ def test_the_training_target_is_what_the_sampler_reads_back_as_the_clean_image(p
 
 
 def test_the_prediction_flag_reaches_the_saved_scheduler(tmp_path):
-    from verify.images import train
+    from verify.images import image_run, train
 
-    assert train.PREDICTIONS == denoiser.PREDICTIONS
+    assert image_run.PREDICTIONS == denoiser.PREDICTIONS
     args = train.parse_args([*TINY, "--prediction", "v_prediction", "--out", str(tmp_path / "o")])
     assert train.run_config(args)["prediction"] == "v_prediction"
     from verify.cli import UsageError

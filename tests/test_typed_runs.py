@@ -1,7 +1,7 @@
 """verify.kernel's and verify.images.train's typed run configurations (KernelRun, ImageRun;
 issue 33 part 2), as tests/test_run_config.py holds verify.sgd's: the command line and a
 study's grid point give the same frozen run, built directly (no argv), checked on
-construction, so a `replace` is checked too; the parsers' stated defaults are the runs'."""
+construction, so a `replace` is checked too; each flag a setting declares states its default."""
 
 import argparse
 import dataclasses
@@ -11,8 +11,10 @@ import pytest
 from verify.cli import UsageError
 from verify.images import train
 from verify.images.image_run import ImageRun, ImageRuntime
-from verify.learning import kernel_vs_sgd
+from verify.learning import kernel_vs_sgd, sgd_program
 from verify.learning.kernel_vs_sgd import METHOD_DEFAULTS, KernelRun, KernelRuntime
+from verify.learning.run_config import TRANSFORMER_DEFAULTS, SgdRun
+from verify.learning.settings import shown
 
 SMALL_KERNEL = dict(M=5, K=2, I=2, H=2, O=2, tasks=16, samples_per_task=4)
 
@@ -87,19 +89,20 @@ def test_an_image_replace_is_checked_as_a_new_run():
         run.replace(train_combinations=64)
 
 
-@pytest.mark.parametrize("module, run_class", [(kernel_vs_sgd, KernelRun), (train, ImageRun)])
-def test_the_parsers_stated_defaults_are_the_runs(module, run_class):
-    """build_parser still states each setting's default (its help says it); the parser that
-    parses holds none (only what was typed), and the run's are the ones that count (a setting
-    only some kernel methods read: its METHOD_DEFAULTS value)."""
-    run = run_class()
-    fields = {f.name for f in dataclasses.fields(run_class)} - {"runtime"}
-    stated = {a.dest: a.default for a in module.build_parser()._actions
-              if a.dest in fields and a.default not in (None, argparse.SUPPRESS)}
-    assert stated
-    for name, default in stated.items():
-        value = getattr(run, name)
-        value = METHOD_DEFAULTS[name] if value is None and run_class is KernelRun else value
-        assert (list(value) if isinstance(value, tuple) else value) == default, name
+@pytest.mark.parametrize("module, run_class", [(kernel_vs_sgd, KernelRun), (train, ImageRun),
+                                               (sgd_program, SgdRun)])
+def test_each_flag_states_its_settings_own_default(module, run_class):
+    """A setting declares its flag (setting(..., help=)); the flag's help states the field's
+    default (a kernel method's: METHOD_DEFAULTS; a student's size: TRANSFORMER_DEFAULTS), one
+    source; the parser that parses holds no default (only what was typed)."""
+    actions = {a.dest: a for a in module.build_parser()._actions}
+    generated = [f for f in dataclasses.fields(run_class) if f.metadata.get("help")]
+    assert len(generated) >= 10
+    extra = {KernelRun: METHOD_DEFAULTS, SgdRun: TRANSFORMER_DEFAULTS}.get(run_class, {})
+    for f in generated:
+        default = f.default if f.default is not None else extra.get(f.name)
+        if default not in (None, False):
+            assert f"(default {shown(default)})" in actions[f.name].help, f.name
+    fields = {f.name for f in dataclasses.fields(run_class)}
     parsing = {a.dest: a.default for a in module._parser()._actions if a.dest in fields}
     assert set(parsing.values()) == {argparse.SUPPRESS}

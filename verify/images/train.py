@@ -42,20 +42,15 @@ from pathlib import Path
 import numpy as np
 
 from verify import cli
-from verify.cli import UsageError, non_negative_float, non_negative_int, positive_float, positive_int
+from verify.cli import UsageError, positive_int
 from verify.images.image_run import (
-    DEFAULT_FRACTIONS,
-    PREDICTIONS,
-    PRESET_NAMES,
+    DEFAULT_HELD_OUT,
     PROGRAM,
     ImageRun,
     ImageRuntime,
-    fraction_below_one,
-    objects_per_image,
-    pattern,
 )
 from verify.learning import tracking
-from verify.learning.settings import setting_fields, typed_only
+from verify.learning.settings import add_setting_flags, setting_fields, typed_only
 
 PROG = "python -m verify.images.train"
 # Settings that do not change a run's result, left out of its configuration's key.
@@ -67,58 +62,13 @@ SAMPLES = 8  # held-out images kept in the report (the first seed of the first p
 
 def build_parser() -> cli.Parser:
     p = cli.Parser(PROG, __doc__)
-    p.add_argument("--objects", type=objects_per_image, choices=(1, 2), default=1,
-                   help="objects per image: 1 (64 combinations) or 2 (1,536) (default 1)")
     cover = p.add_mutually_exclusive_group()
     cover.add_argument("--held-out", type=cli.open_fraction,
                        help="share of combinations held out, in (0, 1): ceil(share · n) of them, at random "
-                            "(the anchor's rule) (default 0.3)")
+                            f"(the anchor's rule) (default {DEFAULT_HELD_OUT:g})")
     cover.add_argument("--train-combinations", type=positive_int,
                        help="number of training combinations, the rest held out (instead of --held-out)")
-    p.add_argument("--split-seed", type=cli.seed, default=0,
-                   help="seed of the split and of the analysed prompts' subsets (default 0)")
-    p.add_argument("--preset", choices=PRESET_NAMES, default="small",
-                   help="model size: tiny (70k parameters), small (1.0M), base (1.8M), large (10.7M); the "
-                        "flags below override its parts (default small)")
-    p.add_argument("--channels", type=positive_int, nargs="+",
-                   help="UNet channels per resolution (16, 8, 4, 2 pixels), multiples of 4, e.g. 32 64")
-    p.add_argument("--layers-per-block", type=positive_int, help="UNet resnets per block")
-    p.add_argument("--text-hidden", type=positive_int, help="text encoder width (even)")
-    p.add_argument("--text-layers", type=positive_int, help="text encoder layers")
-    p.add_argument("--prediction", choices=PREDICTIONS, default="sample",
-                   help="what the UNet is trained to output: the noise (epsilon), the velocity "
-                        "(v_prediction) or the clean image (sample). Each prompt of this family has "
-                        "one image, and predicting it directly learns it fastest: measured, tiny at "
-                        "3000 steps: sample 1.00 of training images right, epsilon at 2000 steps "
-                        "0.01 (default sample)")
-    p.add_argument("--steps", type=positive_int, default=3000, help="training steps (default 3000)")
-    p.add_argument("--batch", type=positive_int, default=64, help="images per training step (default 64)")
-    p.add_argument("--lr", type=positive_float, default=1e-3, help="AdamW learning rate (default 1e-3)")
-    p.add_argument("--weight-decay", type=non_negative_float, default=0.01,
-                   help="AdamW weight decay (default 0.01)")
-    p.add_argument("--p-uncond", type=fraction_below_one, default=0.1,
-                   help="probability of training on the empty prompt, for classifier-free guidance, in "
-                        "[0, 1) (default 0.1)")
-    p.add_argument("--seed", type=cli.seed, default=0,
-                   help="seed of the initialisation and of every training draw (default 0)")
-    p.add_argument("--sample-steps", type=positive_int, default=20, help="DDIM steps per image (default 20)")
-    p.add_argument("--guidance", type=non_negative_float, default=1.0,
-                   help="classifier-free guidance scale; ≤ 1 runs no unconditional rows. Guidance "
-                        "overshoots a model that predicts the one image of a prompt: measured, tiny at "
-                        "3000 steps, training images right at guidance 1, 2, 3: 1.00, 0.65, 0.28 "
-                        "(default 1)")
-    p.add_argument("--n-seeds", type=positive_int, default=4,
-                   help="images per analysed prompt, seeds by the anchor's rule (default 4)")
-    p.add_argument("--eval-prompts", type=non_negative_int, default=32,
-                   help="training and held-out prompts analysed, each side, drawn at random when a side "
-                        "has more; 0: all (default 32)")
-    p.add_argument("--layers", type=pattern, nargs="+", metavar="PATTERN",
-                   help="regular expressions for the UNet modules to record, matched against the full "
-                        "module name (default: every resnet, attention, down- and upsampler of the "
-                        "blocks); the text encoder is always recorded")
-    p.add_argument("--fractions", type=float, nargs="+", default=list(DEFAULT_FRACTIONS),
-                   help="fractions of the denoising steps whose activations are kept, in [0, 1] "
-                        "(default 0.3 0.5 0.7 1.0)")
+    add_setting_flags(p, ImageRun)
     p.add_argument("--out", metavar="DIR",
                    help="folder for the saved pipeline (DIR/pipeline) and DIR/results.json; its earlier "
                         "files are replaced (default out/images-train/<the configuration's key> under "

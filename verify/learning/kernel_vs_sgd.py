@@ -31,6 +31,7 @@ from verify import cli
 from verify.cli import UsageError
 from verify.learning.families import HyperteacherFamily
 from verify.learning.settings import (
+    add_setting_flags,
     check_fields,
     checked,
     choice,
@@ -60,46 +61,7 @@ def build_parser() -> cli.Parser:
     p = cli.Parser("python -m verify.kernel", __doc__)
     cli.add_teacher_flags(p, dict(M=8, K=2, I=4, H=4, O=4), encodings=ENCODING_NAMES,
                           encoding_help="task encoding the students read", strict_names=True)
-    p.add_argument("--method", choices=METHODS, default="ntk", help="what is fitted or trained (default ntk)")
-    p.add_argument("--split", default="random", choices=SPLITS,
-                   help="which supports are held out (default random)")
-    p.add_argument("--held-out", type=cli.open_fraction, default=0.25,
-                   help="held-out fraction of supports, in (0, 1) (default 0.25)")
-    p.add_argument("--depth", type=cli.positive_int, default=4,
-                   help="hidden layers of the student, the kernels' and the networks' (default 4)")
-    p.add_argument("--width", type=cli.positive_int,
-                   help="linearised and trained: hidden units per layer (default 256); the kernel limits "
-                        "have none")
-    p.add_argument("--parametrization", choices=PARAMETRIZATIONS, default="standard",
-                   help="ntk: the students' standard parametrization (Θ/width's limit) or NTK "
-                        "parametrization (Jacot's) (default standard)")
-    p.add_argument("--tasks", type=cli.positive_int, default=512,
-                   help="ntk, nngp: training tasks the kernel regression fits (default 512)")
-    p.add_argument("--samples-per-task", type=cli.positive_int, default=16,
-                   help="x per task: the kernel regression's rows per task, or the networks' per task per "
-                        "step (default 16, the paper's)")
-    p.add_argument("--ladder", action="store_true",
-                   help="ntk, nngp: fit 1, 2, 4, … x per task up to --samples-per-task, stopping when the "
-                        f"held-out R² moves by less than {LADDER_TOLERANCE}")
-    p.add_argument("--jitter", type=cli.non_negative_float, default=1e-10,
-                   help="ntk, nngp: λ/mean diag K added to K(X, X)'s diagonal (default 1e-10)")
-    p.add_argument("--steps", type=cli.positive_int, default=1500,
-                   help="linearised, trained: training steps (default 1500)")
-    p.add_argument("--tasks-per-batch", type=cli.positive_int, default=32,
-                   help="linearised, trained: tasks per step (default 32)")
-    p.add_argument("--lr", type=cli.positive_float, default=HyperteacherFamily.optimiser["lr"],
-                   help=f"AdamW learning rate (default {HyperteacherFamily.optimiser['lr']:g}, the paper's)")
-    p.add_argument("--weight-decay", type=cli.non_negative_float,
-                   default=HyperteacherFamily.optimiser["weight_decay"],
-                   help=f"AdamW weight decay (default {HyperteacherFamily.optimiser['weight_decay']:g})")
-    p.add_argument("--eval-tasks", type=cli.positive_int, default=1024,
-                   help="tasks on each side for RMSE and R² (default 1024, the paper's)")
-    p.add_argument("--eval-samples", type=cli.positive_int, default=16,
-                   help="x per task for RMSE and R² (default 16)")
-    p.add_argument("--extra-modules", type=cli.non_negative_int, default=0,
-                   help="also score tasks with K+1 … K+this many active modules (default 0)")
-    p.add_argument("--probe-rows", type=cli.positive_int, default=256,
-                   help="trained: rows on which the NTK's movement is measured (default 256)")
+    add_setting_flags(p, KernelRun, defaults=METHOD_DEFAULTS)
     p.add_argument("--device", default="cpu", help="where the networks train: cpu or cuda[:N] (default cpu)")
     p.add_argument("--save", metavar="DIR",
                    help="write report.json (and a trained network's state_dict) into DIR")
@@ -143,25 +105,43 @@ class KernelRun:
     weights: str = setting("discrete", choice(WEIGHTS))
     encoding: str = setting("identity", choice(ENCODING_NAMES))
     seed: int = setting(0, cli.seed)
-    method: str = setting("ntk", choice(METHODS))
-    split: str = setting("random", choice(SPLITS))
-    held_out: float = setting(0.25, cli.open_fraction)
-    depth: int = setting(4, cli.positive_int)
-    samples_per_task: int = setting(16, cli.positive_int)
-    eval_tasks: int = setting(1024, cli.positive_int)
-    eval_samples: int = setting(16, cli.positive_int)
-    extra_modules: int = setting(0, cli.non_negative_int)
-    # read by some methods only (APPLIES); None: the method's default, or not read
-    width: int | None = setting(None, cli.positive_int, optional=True)
-    parametrization: str | None = setting(None, choice(PARAMETRIZATIONS), optional=True)
-    tasks: int | None = setting(None, cli.positive_int, optional=True)
-    ladder: bool | None = setting(None, switch, optional=True)
-    jitter: float | None = setting(None, cli.non_negative_float, optional=True)
-    steps: int | None = setting(None, cli.positive_int, optional=True)
-    tasks_per_batch: int | None = setting(None, cli.positive_int, optional=True)
-    lr: float | None = setting(None, cli.positive_float, optional=True)
-    weight_decay: float | None = setting(None, cli.non_negative_float, optional=True)
-    probe_rows: int | None = setting(None, cli.positive_int, optional=True)
+    method: str = setting("ntk", choice(METHODS), help="what is fitted or trained")
+    split: str = setting("random", choice(SPLITS), help="which supports are held out")
+    held_out: float = setting(0.25, cli.open_fraction, help="held-out fraction of supports, in (0, 1)")
+    depth: int = setting(4, cli.positive_int,
+                         help="hidden layers of the student, the kernels' and the networks'")
+    samples_per_task: int = setting(16, cli.positive_int,
+                                    help="x per task: the kernel regression's rows per task, or the "
+                                         "networks' per task per step")
+    eval_tasks: int = setting(1024, cli.positive_int, help="tasks on each side for RMSE and R²")
+    eval_samples: int = setting(16, cli.positive_int, help="x per task for RMSE and R²")
+    extra_modules: int = setting(0, cli.non_negative_int,
+                                 help="also score tasks with K+1 … K+this many active modules")
+    # read by some methods only (APPLIES); None: the method's default (METHOD_DEFAULTS), or not read
+    width: int | None = setting(None, cli.positive_int, optional=True,
+                                help="linearised and trained: hidden units per layer; the kernel limits have "
+                                     "none")
+    parametrization: str | None = setting(None, choice(PARAMETRIZATIONS), optional=True,
+                                          help="ntk: the students' standard parametrization (Θ/width's "
+                                               "limit) or NTK parametrization (Jacot's)")
+    tasks: int | None = setting(None, cli.positive_int, optional=True,
+                                help="ntk, nngp: training tasks the kernel regression fits")
+    ladder: bool | None = setting(None, switch, optional=True,
+                                  help="ntk, nngp: fit 1, 2, 4, … x per task up to --samples-per-task, "
+                                       "stopping when the held-out R² moves by less than "
+                                       f"{LADDER_TOLERANCE}")
+    jitter: float | None = setting(None, cli.non_negative_float, optional=True,
+                                   help="ntk, nngp: λ/mean diag K added to K(X, X)'s diagonal")
+    steps: int | None = setting(None, cli.positive_int, optional=True,
+                                help="linearised, trained: training steps")
+    tasks_per_batch: int | None = setting(None, cli.positive_int, optional=True,
+                                          help="linearised, trained: tasks per step")
+    lr: float | None = setting(None, cli.positive_float, optional=True,
+                               help="linearised, trained: AdamW learning rate")
+    weight_decay: float | None = setting(None, cli.non_negative_float, optional=True,
+                                         help="linearised, trained: AdamW weight decay")
+    probe_rows: int | None = setting(None, cli.positive_int, optional=True,
+                                     help="trained: rows on which the NTK's movement is measured")
     runtime: KernelRuntime = field(default_factory=KernelRuntime, compare=False, repr=False)
 
     def __post_init__(self):

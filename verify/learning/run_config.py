@@ -41,6 +41,11 @@ STUDENT_SIZES = {"d_model": ("transformer",), "n_heads": ("transformer",), "n_la
 MLP_SETTINGS = ("shapes", "widths", "init")
 
 
+def _per_family(name: str) -> str:
+    """Each registered family's optimiser value of `name`, for a flag's help: 'hyperteacher 3e-4; …'."""
+    return "; ".join(f"{family.name} {family.optimiser[name]:g}" for family in FAMILIES.values())
+
+
 def family_name(text: str) -> str:
     """A registered family's name (the registry as it is now: a family registered later counts)."""
     return choice(tuple(FAMILIES))(text)
@@ -89,29 +94,51 @@ class SgdRun:
     encoding: str = setting("identity", choice(ENCODING_NAMES))
     weights: str = setting("discrete", choice(WEIGHTS))
     seed: int = setting(0, cli.seed)
-    split: str = setting("random", choice(SPLITS))
-    held_out: float = setting(0.25, cli.open_fraction)
+    split: str = setting("random", choice(SPLITS), help="which supports are held out")
+    held_out: float = setting(0.25, cli.open_fraction,
+                              help="held-out fraction of supports, in (0, 1), for every split except "
+                                   "non_compositional (missing-module) and popular-modules-half")
     # the student
-    student: str = setting("mlp", choice(STUDENTS))
-    # An MLP's shapes; a transformer's or hypernetwork's run names its student here.
+    student: str = setting("mlp", choice(STUDENTS), help="what is trained: MLPs (one per --shapes), or the "
+                                                        "paper's transformer or hypernetwork")
+    # An MLP's shapes; a transformer's or hypernetwork's run names its student here (its flag,
+    # which offers the MLP shapes only, is verify.sgd's own).
     shapes: tuple[str, ...] = setting(("matched", "balanced"), choice((*SHAPES, *STUDENTS[1:])), many=True)
-    widths: tuple[int, ...] | None = setting(None, cli.positive_int, many=True, optional=True)
-    init: str = setting("lecun_normal", choice(INITS))
-    d_model: int | None = setting(None, cli.positive_int, optional=True)
-    n_heads: int | None = setting(None, cli.positive_int, optional=True)
-    n_layers: int | None = setting(None, cli.positive_int, optional=True)
-    d_ffw: int | None = setting(None, cli.positive_int, optional=True)
+    widths: tuple[int, ...] | None = setting(None, cli.positive_int, many=True, optional=True,
+                                             help="hidden widths for --shapes custom, e.g. 1024 1024 1024")
+    init: str = setting("lecun_normal", choice(INITS),
+                        help="MLP initialisation: lecun_normal (the paper's, Flax's default: truncated "
+                             "LeCun-normal kernels, zero biases) or torch_default")
+    d_model: int | None = setting(None, cli.positive_int, optional=True, help="transformer width")
+    n_heads: int | None = setting(None, cli.positive_int, optional=True, help="transformer attention heads")
+    n_layers: int | None = setting(None, cli.positive_int, optional=True, help="transformer blocks")
+    d_ffw: int | None = setting(None, cli.positive_int, optional=True,
+                                help="hidden units of the transformer's MLPs and of the hypernetwork's "
+                                     "generated network")
     # training
-    steps: int = setting(1500, cli.positive_int)
-    tasks_per_batch: int = setting(32, cli.positive_int)
-    lr: float = setting(None, cli.positive_float)  # None: the family's optimiser's
-    weight_decay: float = setting(None, cli.non_negative_float)
-    decay: str = setting("matrices", choice(DECAYS))
-    schedule: str = setting("constant", choice(SCHEDULES))
-    warmup_steps: int = setting(1000, cli.non_negative_int)
+    steps: int = setting(1500, cli.positive_int, help="training steps")
+    tasks_per_batch: int = setting(32, cli.positive_int, help="tasks per step")
+    lr: float = setting(None, cli.positive_float,  # None: the family's optimiser's
+                        help="AdamW learning rate (default the family's: " + _per_family("lr") + ")")
+    weight_decay: float = setting(None, cli.non_negative_float,
+                                  help="AdamW weight decay, ≥ 0 (default the family's: "
+                                       + _per_family("weight_decay") + ")")
+    decay: str = setting("matrices", choice(DECAYS),
+                         help="which parameters are decayed: matrices (the paper's mask: no biases, no "
+                              "norms) or all")
+    schedule: str = setting("constant", choice(SCHEDULES),
+                            help="learning-rate schedule: constant (the paper's configs) or cosine (the "
+                                 "official run.py's other one: linear warmup from 0, cosine decay to lr/10)")
+    warmup_steps: int = setting(1000, cli.non_negative_int,
+                                help="cosine only: steps of linear warmup; the decay lasts steps − 2 × this, "
+                                     "as run.py sets it")
     # scoring
-    eval_tasks: int = setting(1024, cli.positive_int)
-    extra_modules: int = setting(2, cli.non_negative_int)
+    eval_tasks: int = setting(1024, cli.positive_int,
+                              help="tasks on each side (in-distribution, held out, each K+j) for RMSE, R² "
+                                   "and the probe, drawn uniformly from that side's supports")
+    extra_modules: int = setting(2, cli.non_negative_int,
+                                 help="also score tasks with K+1 … K+this many active modules (at most M), "
+                                      "which no training task has; 0 to skip")
     runtime: Runtime = field(default_factory=Runtime, compare=False, repr=False)
 
     # ------------------------------------------------------------------ checks

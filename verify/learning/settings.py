@@ -29,6 +29,7 @@ def choice(names) -> Callable[[str], str]:
         if text not in names:
             raise ValueError(f"invalid choice: {text!r} (choose from {', '.join(map(str, names))})")
         return text
+    check.names = tuple(names)  # the flag's choices (add_setting_flags)
     return check
 
 
@@ -131,17 +132,23 @@ def shown(value) -> str:
     return format(value, "g") if isinstance(value, float) else str(value)
 
 
-def add_setting_flags(parser: argparse.ArgumentParser, owner, prefix: str) -> None:
-    """A flag for each setting of dataclass `owner` that declares its help: its validator as
-    the type, its default stated in the help (from the field: the one source) and no default
-    of its own (the dataclass fills it). A switch is a flag without a value."""
+def add_setting_flags(parser, owner, prefix: str | None = None, defaults: dict | None = None) -> None:
+    """A flag for each setting of dataclass `owner` that declares its help, in field order: its
+    validator as the type (a choice's names as the choices), several values for a `many`
+    setting, and its default stated in the help, from the field (or from `defaults` where the
+    field's is None: a default that depends on other settings), the one source; the flag has
+    no default of its own (the dataclass fills it). A switch is a flag without a value.
+    `prefix` starts each help (a family's name)."""
     for f in fields(owner):
         meta = f.metadata
         if meta.get("help") is None:
             continue
+        text = f"{prefix}: {meta['help']}" if prefix else meta["help"]
         if meta["check"] is switch:
-            parser.add_argument(flag(f.name), action="store_true", help=f"{prefix}: {meta['help']}")
+            parser.add_argument(flag(f.name), action="store_true", help=text)
             continue
-        stated = "" if f.default is None else f" (default {shown(f.default)})"
-        parser.add_argument(flag(f.name), type=meta["check"], nargs="+" if meta["many"] else None,
-                            help=f"{prefix}: {meta['help']}{stated}")
+        default = f.default if f.default is not None else (defaults or {}).get(f.name)
+        stated = "" if default is None else f" (default {shown(default)})"
+        names = getattr(meta["check"], "names", None)
+        kind = dict(choices=names) if names else dict(type=meta["check"])
+        parser.add_argument(flag(f.name), nargs="+" if meta["many"] else None, help=text + stated, **kind)

@@ -27,28 +27,21 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from constructions.catalogue import ENCODING_NAMES, SPLITS
+from constructions.catalogue import ENCODING_NAMES
 from verify import cli
 from verify.cli import (
     UsageError,
-    non_negative_float,
-    non_negative_int,
-    open_fraction,
     positive_float,
     positive_int,
 )
 from verify.learning import tracking
 from verify.learning.families import DEFAULT_FAMILY, FAMILIES
-from verify.learning.run_config import Runtime, SgdRun, setting_names
-from verify.learning.settings import typed_only
+from verify.learning.run_config import TRANSFORMER_DEFAULTS, Runtime, SgdRun, setting_names
+from verify.learning.settings import add_setting_flags, typed_only
 from verify.presets import (
     CHECKPOINT_SECONDS,
-    DECAYS,
-    INITS,
     PRECISIONS,
-    SCHEDULES,
     SHAPES,
-    STUDENTS,
 )
 
 # What make_split's messages call its arguments, and the flags that set them here.
@@ -68,68 +61,13 @@ def build_parser() -> cli.Parser:
                    + f" (default {DEFAULT_FAMILY})")
     for family in FAMILIES.values():
         family.add_flags(p)
-    p.add_argument("--split", default="random", choices=SPLITS,
-                   help="which supports are held out (default random)")
-    p.add_argument("--held-out", type=open_fraction, default=0.25,
-                   help="held-out fraction of supports, in (0, 1), for every split except non_compositional "
-                        "(missing-module) and popular-modules-half "
-                        "(default 0.25)")
-    _add_student_flags(p)
-    _add_training_flags(p)
-    _add_scoring_flags(p)
-    _add_runtime_flags(p)
-    return p
-
-
-def _add_student_flags(p) -> None:
-    """What is trained: the student, an MLP's shapes, widths and init, a transformer's sizes."""
-    p.add_argument("--student", default="mlp", choices=STUDENTS,
-                   help="what is trained: MLPs (one per --shapes), or the paper's transformer or "
-                        "hypernetwork (default mlp)")
     p.add_argument("--shapes", nargs="+", choices=SHAPES,
                    help="MLP shapes to train: matched (the construction's widths), balanced (two equal "
                         "layers, as many units), balanced4 (four), custom (--widths) "
                         "(default matched balanced)")
-    p.add_argument("--widths", type=positive_int, nargs="+",
-                   help="hidden widths for --shapes custom, e.g. 1024 1024 1024 1024")
-    p.add_argument("--init", choices=INITS,
-                   help="MLP initialisation: lecun_normal (the paper's, Flax's default: truncated "
-                        "LeCun-normal kernels, zero biases) or torch_default (default lecun_normal)")
-    p.add_argument("--d-model", type=positive_int, help="transformer width (default 256, the paper's)")
-    p.add_argument("--n-heads", type=positive_int, help="transformer attention heads (default 4)")
-    p.add_argument("--n-layers", type=positive_int, help="transformer blocks (default 4)")
-    p.add_argument("--d-ffw", type=positive_int,
-                   help="hidden units of the transformer's MLPs and of the hypernetwork's generated "
-                        "network (default 1024)")
-
-
-def _add_training_flags(p) -> None:
-    """AdamW and its schedule."""
-    p.add_argument("--steps", type=positive_int, default=1500, help="training steps (default 1500)")
-    p.add_argument("--tasks-per-batch", type=positive_int, default=32, help="tasks per step (default 32)")
-    p.add_argument("--lr", type=positive_float,
-                   help="AdamW learning rate (default 3e-4; preference 1e-4, the paper's)")
-    p.add_argument("--weight-decay", type=non_negative_float,
-                   help="AdamW weight decay, ≥ 0 (default 3e-3; preference 1e-3, the paper's)")
-    p.add_argument("--decay", choices=DECAYS, default="matrices",
-                   help="which parameters are decayed: matrices (the paper's mask: no biases, no norms) "
-                        "or all (default matrices)")
-    p.add_argument("--schedule", choices=SCHEDULES, default="constant",
-                   help="learning-rate schedule: constant (the paper's configs) or cosine (the official "
-                        "run.py's other one: linear warmup from 0, cosine decay to lr/10) (default constant)")
-    p.add_argument("--warmup-steps", type=non_negative_int, default=1000,
-                   help="cosine only: steps of linear warmup; the decay lasts steps − 2 × this, as "
-                        "run.py sets it (default 1000, the paper's)")
-
-
-def _add_scoring_flags(p) -> None:
-    """The scoring sets."""
-    p.add_argument("--eval-tasks", type=positive_int, default=1024,
-                   help="tasks on each side (in-distribution, held out, each K+j) for RMSE, R² and the "
-                        "probe, drawn uniformly from that side's supports (default 1024, the paper's)")
-    p.add_argument("--extra-modules", type=non_negative_int, default=2,
-                   help="also score tasks with K+1 … K+this many active modules (at most M), which "
-                        "no training task has; 0 to skip (default 2)")
+    add_setting_flags(p, SgdRun, defaults=TRANSFORMER_DEFAULTS)
+    _add_runtime_flags(p)
+    return p
 
 
 def _add_runtime_flags(p) -> None:
