@@ -34,28 +34,23 @@ class Entry(NamedTuple):
     slow: bool  # only with --slow (or --only): figures that train networks
 
 
+def _entries(*names: str, slow: bool) -> tuple[Entry, ...]:
+    """One entry a figure module paper_figures.<name>."""
+    return tuple(Entry(name, f"paper_figures.{name}", slow) for name in names)
+
+
 # Registration order is run order: figures 1 and 3 share one sweep, run once; figures 5–7
-# share the SGD runs of paper_figures.sgd_data (7 reads 5's and 6's), each trained once.
-# Each module's NAME is its entry's name (tests/test_figures.py holds them to it).
+# share the SGD runs of paper_figures.sgd_data (7 reads 5's and 6's), each trained once
+# (slow: only with --slow or --only). Figures 9–13 read the committed study stores
+# (verify.study: 9 the hyperteacher's studies, 10 the preference grid's, 11 width vs M, 12 the
+# image experiment, 13 the kernel limit), else run the seconds-long smoke studies. Each
+# module's NAME is its entry's name (tests/test_figures.py holds them to it).
 FIGURES: tuple[Entry, ...] = (
-    Entry("fig1_units_vs_eps", "paper_figures.fig1_units_vs_eps", slow=False),
-    Entry("fig2_units_vs_M", "paper_figures.fig2_units_vs_M", slow=False),
-    Entry("fig3_error_vs_eps", "paper_figures.fig3_error_vs_eps", slow=False),
-    Entry("fig4_where_error_lives", "paper_figures.fig4_where_error_lives", slow=False),
-    Entry("fig8_constructions_vs_eps", "paper_figures.fig8_constructions_vs_eps", slow=False),
-    Entry("fig5_sgd_error_vs_size", "paper_figures.fig5_sgd_error_vs_size", slow=True),
-    Entry("fig6_sgd_r2_vs_tasks", "paper_figures.fig6_sgd_r2_vs_tasks", slow=True),
-    Entry("fig7_probe_vs_r2", "paper_figures.fig7_probe_vs_r2", slow=True),
-    # Reads the study stores (verify.study); runs the seconds-long smoke studies if empty.
-    Entry("fig9_studies", "paper_figures.fig9_studies", slow=False),
-    # The same for the preference grid's four studies.
-    Entry("fig10_preference", "paper_figures.fig10_preference", slow=False),
-    # The width-vs-M study (this project's, issue 22): its cpu store, else the smoke study.
-    Entry("fig11_width_vs_M", "paper_figures.fig11_width_vs_M", slow=False),
-    # The controlled image experiment (issue 25): its cpu store, else the smoke study.
-    Entry("fig12_images", "paper_figures.fig12_images", slow=False),
-    # The kernel limit beside SGD (issue 35): its cpu store, else the smoke study.
-    Entry("fig13_kernel", "paper_figures.fig13_kernel", slow=False),
+    *_entries("fig1_units_vs_eps", "fig2_units_vs_M", "fig3_error_vs_eps", "fig4_where_error_lives",
+              "fig8_constructions_vs_eps", slow=False),
+    *_entries("fig5_sgd_error_vs_size", "fig6_sgd_r2_vs_tasks", "fig7_probe_vs_r2", slow=True),
+    *_entries("fig9_studies", "fig10_preference", "fig11_width_vs_M", "fig12_images", "fig13_kernel",
+              slow=False),
 )
 
 

@@ -34,7 +34,7 @@ def build_parser() -> cli.Parser:
     p.add_argument("--quick", action="store_true", help="skip the M=1024 run (with --device: a 4×256 MLP)")
     p.add_argument("--repeats", type=positive_int, default=5,
                    help="timed repeats of each forward pass; the median is reported (default 5)")
-    p.add_argument("--json", action="store_true", help="print the measurements as JSON")
+    cli.add_json(p, "the measurements")
     p.add_argument("--device", help="measure training on this device (cpu, cuda, cuda:N) instead of the "
                                     "theorem's checks")
     p.add_argument("--pack", type=positive_int, nargs="+",

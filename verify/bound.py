@@ -41,7 +41,7 @@ def build_parser() -> cli.Parser:
         p, layers_help=f"modular layers L of the teacher, 1..{MAX_LAYERS}; L > 1 is built from shallow "
                        "blocks",
         constants_help="apriori: C_W = 2σ for every draw; instance: this teacher's exact range")
-    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    cli.add_json(p)
     p.add_argument("--save", metavar="DIR",
                    help="write teacher.npz, network.pt, report.json into DIR (a new or empty folder)")
     p.add_argument("--force", action="store_true", help="let --save replace the files of a non-empty DIR")

@@ -180,6 +180,11 @@ def _float(text: str, what: str) -> float:
         raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
 
 
+def add_json(p: argparse.ArgumentParser, what: str = "the report") -> None:
+    """--json: print `what` as JSON (one document on stdout) instead of text."""
+    p.add_argument("--json", action="store_true", help=f"print {what} as JSON")
+
+
 def add_common(p: argparse.ArgumentParser, *, threads_default: str) -> None:
     """The flags every CLI has: --threads and --no-progress."""
     p.add_argument("--threads", type=positive_int, default=None, metavar="N",

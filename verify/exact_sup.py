@@ -432,7 +432,7 @@ def build_parser() -> cli.Parser:
                    help="stop halving z-cells once upper ≤ lower·(1 + this) (default 1e-2)")
     p.add_argument("--time-limit", type=positive_float, default=5.0,
                    help="seconds per MILP; past it, the MILP proves no upper end (default 5)")
-    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    cli.add_json(p)
     cli.add_common(p, threads_default="1: the networks are small")
     return p
 

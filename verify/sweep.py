@@ -421,7 +421,7 @@ def build_parser() -> cli.Parser:
                         "(by default such a grid is refused before any work)")
     p.add_argument("--out", default="sweep_out",
                    help="folder for sweep.csv and sweep.json, replaced when present (default sweep_out)")
-    p.add_argument("--json", action="store_true", help="print the fits as JSON")
+    cli.add_json(p, "the fits")
     cli.add_common(p, threads_default="1, as a sweep is many small builds and measurements")
     return p
 

@@ -118,13 +118,13 @@ def build_parser() -> cli.Parser:
                         "model's name>-<setup> under the working folder)")
     a.add_argument("--device", default="cpu",
                    help="cpu, or cuda / cuda:N where a GPU is present (default cpu)")
-    a.add_argument("--json", action="store_true", help="print the report as JSON")
+    cli.add_json(a)
     cli.add_common(a, threads_default="the cores the load leaves free")
 
     r = sub.add_parser("report", help="summarise results files; correlate decodability with success",
                        description=REPORT)
     r.add_argument("files", nargs="+", metavar="RESULTS.json", help="results files of analyse or train")
-    r.add_argument("--json", action="store_true", help="print the report as JSON")
+    cli.add_json(r)
     return p
 
 

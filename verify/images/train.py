@@ -75,7 +75,7 @@ def build_parser() -> cli.Parser:
                         "the working folder)")
     p.add_argument("--device", default="cpu",
                    help="cpu, or cuda / cuda:N where a GPU is present (default cpu)")
-    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    cli.add_json(p)
     tracking.add_flags(p, what="the denoiser's loss curve and the run's success and decodability",
                        group=PROGRAM, name="seed<N>")
     cli.add_common(p, threads_default="the cores the load leaves free")

@@ -65,7 +65,7 @@ def build_parser() -> cli.Parser:
     p.add_argument("--device", default="cpu", help="where the networks train: cpu or cuda[:N] (default cpu)")
     p.add_argument("--save", metavar="DIR",
                    help="write report.json (and a trained network's state_dict) into DIR")
-    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    cli.add_json(p)
     cli.add_common(p, threads_default="1")
     return p
 

@@ -91,7 +91,7 @@ def _add_runtime_flags(p) -> None:
                    help="the paper's run, for a GPU: I=H=O=16, M=16, K=3, a 4×1024 MLP, 300k steps of "
                         "128 tasks × 16 samples, seeds 1 2 3, 1,024 tasks a side; other flags given "
                         "with it override the preset")
-    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    cli.add_json(p)
     p.add_argument("--save", metavar="DIR",
                    help="write each trained network's state_dict (sgd_<shape>.pt, or sgd_<student>.pt; "
                         "seed<N>/ per seed when there are several) and report.json into DIR "

@@ -206,11 +206,11 @@ def build_parser() -> cli.Parser:
     r.add_argument("--rerun-stale", action="store_true",
                    help="run again the runs whose stored result was made by other code (another "
                         "code fingerprint) or unknown code (stored before runs recorded it)")
-    r.add_argument("--json", action="store_true", help="print the summary as JSON")
+    cli.add_json(r, "the summary")
     cli.add_common(r, threads_default="1 per run (each run is one process)")
     rep = sub.add_parser("report", help="the paper's effects table, from the store")
     common(rep)
-    rep.add_argument("--json", action="store_true", help="print the table as JSON")
+    cli.add_json(rep, "the table")
     ex = sub.add_parser("export", help="write every run as CSV")
     common(ex)
     ex.add_argument("--csv", metavar="FILE", help="where to write (default DIR/runs.csv)")
@@ -220,7 +220,7 @@ def build_parser() -> cli.Parser:
     b.add_argument("--scale", default="cpu", choices=SCALES, help="the scale (default cpu)")
     b.add_argument("--workers", type=positive_int, default=2,
                    help="runs at once, as `run --workers` (default 2: the CI machine's cores)")
-    b.add_argument("--json", action="store_true", help="print the table as JSON")
+    cli.add_json(b, "the table")
     md = sub.add_parser("readme", help="regenerate the README's result blocks from the committed stores")
     md.add_argument("--file", metavar="README", help="the file whose `<!-- results: NAME -->` blocks to "
                                                    "rewrite (default: the checkout's README.md)")
