@@ -78,6 +78,12 @@ METHOD_DEFAULTS = dict(width=256, parametrization="standard", tasks=512, ladder=
                        weight_decay=HyperteacherFamily.optimiser["weight_decay"], probe_rows=256)
 
 
+def by_method(check, help: str):
+    """A setting only some methods read (APPLIES): None until KernelRun gives a method that reads
+    it METHOD_DEFAULTS's value; refused when set for another."""
+    return setting(None, check, optional=True, help=help)
+
+
 @dataclass(frozen=True)
 class KernelRuntime:
     """How a run executes: the settings a study's key leaves out."""
@@ -117,31 +123,23 @@ class KernelRun:
     eval_samples: int = setting(16, cli.positive_int, help="x per task for RMSE and R²")
     extra_modules: int = setting(0, cli.non_negative_int,
                                  help="also score tasks with K+1 … K+this many active modules")
-    # read by some methods only (APPLIES); None: the method's default (METHOD_DEFAULTS), or not read
-    width: int | None = setting(None, cli.positive_int, optional=True,
-                                help="linearised and trained: hidden units per layer; the kernel limits have "
-                                     "none")
-    parametrization: str | None = setting(None, choice(PARAMETRIZATIONS), optional=True,
-                                          help="ntk: the students' standard parametrization (Θ/width's "
-                                               "limit) or NTK parametrization (Jacot's)")
-    tasks: int | None = setting(None, cli.positive_int, optional=True,
-                                help="ntk, nngp: training tasks the kernel regression fits")
-    ladder: bool | None = setting(None, switch, optional=True,
-                                  help="ntk, nngp: fit 1, 2, 4, … x per task up to --samples-per-task, "
-                                       "stopping when the held-out R² moves by less than "
-                                       f"{LADDER_TOLERANCE}")
-    jitter: float | None = setting(None, cli.non_negative_float, optional=True,
-                                   help="ntk, nngp: λ/mean diag K added to K(X, X)'s diagonal")
-    steps: int | None = setting(None, cli.positive_int, optional=True,
-                                help="linearised, trained: training steps")
-    tasks_per_batch: int | None = setting(None, cli.positive_int, optional=True,
-                                          help="linearised, trained: tasks per step")
-    lr: float | None = setting(None, cli.positive_float, optional=True,
-                               help="linearised, trained: AdamW learning rate")
-    weight_decay: float | None = setting(None, cli.non_negative_float, optional=True,
-                                         help="linearised, trained: AdamW weight decay")
-    probe_rows: int | None = setting(None, cli.positive_int, optional=True,
-                                     help="trained: rows on which the NTK's movement is measured")
+    # read by some methods only (APPLIES; each help names them)
+    width: int | None = by_method(cli.positive_int, "linearised and trained: hidden units per layer; the "
+                                                    "kernel limits have none")
+    parametrization: str | None = by_method(choice(PARAMETRIZATIONS), "ntk: the students' standard "
+                                            "parametrization (Θ/width's limit) or NTK parametrization "
+                                            "(Jacot's)")
+    tasks: int | None = by_method(cli.positive_int, "ntk, nngp: training tasks the kernel regression fits")
+    ladder: bool | None = by_method(switch, "ntk, nngp: fit 1, 2, 4, … x per task up to --samples-per-task, "
+                                            "stopping when the held-out R² moves by less than "
+                                            f"{LADDER_TOLERANCE}")
+    jitter: float | None = by_method(cli.non_negative_float,
+                                     "ntk, nngp: λ/mean diag K added to K(X, X)'s diagonal")
+    steps: int | None = by_method(cli.positive_int, "linearised, trained: training steps")
+    tasks_per_batch: int | None = by_method(cli.positive_int, "linearised, trained: tasks per step")
+    lr: float | None = by_method(cli.positive_float, "linearised, trained: AdamW learning rate")
+    weight_decay: float | None = by_method(cli.non_negative_float, "linearised, trained: AdamW weight decay")
+    probe_rows: int | None = by_method(cli.positive_int, "trained: rows on which the NTK's movement is read")
     runtime: KernelRuntime = field(default_factory=KernelRuntime, compare=False, repr=False)
 
     def __post_init__(self):
