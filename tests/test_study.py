@@ -448,7 +448,7 @@ def test_an_old_store_reads_as_unknown_code_is_migrated_on_write_and_rerun_stale
     # run opens it for writing: the columns are added, old rows stay, with no code.
     kept = study.run_study(path, "paper", out, engine="serial", progress=False)
     assert (kept["done"], kept["already_done"], kept["stale"], kept["stale_unknown"]) == (0, 2, 2, 2)
-    assert columns(db)[-3:] == ["code_version", "code_fingerprint", "behaviour"]
+    assert columns(db)[-4:] == ["code_version", "code_fingerprint", "behaviour", "attested"]
     with RunStore(db) as store:
         assert [(r["status"], r["code_version"], r["code_fingerprint"]) for r in store.rows()] == [
             ("done", None, None)] * 2
