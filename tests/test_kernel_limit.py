@@ -288,13 +288,23 @@ def test_a_study_crosses_methods_and_widths_and_reports_gaps_with_intervals(tmp_
     assert any("ladders did not settle" in n for n in table["notes"]) == (unsettled > 0)
 
 
-def test_the_trend_verdict_needs_an_interval_off_zero():
-    from verify.studies.kernel_report import direction, t_interval
+def test_the_trend_verdict_needs_its_test_to_reject_after_holms_correction():
+    from verify.studies.kernel_report import _judge_trends, direction, t_interval
 
-    assert direction(t_interval([0.1, 0.12, 0.11]), "widens", "narrows") == "widens"
-    assert direction(t_interval([-0.1, -0.12, -0.11]), "widens", "narrows") == "narrows"
-    assert direction(t_interval([-0.1, 0.12, 0.01]), "widens", "narrows") == "inconclusive"
+    def judged(*slopes):
+        entries = [dict(trend=dict(trained_minus_ntk_slope=t_interval(v),
+                                   linearised_distance_slope=t_interval(v))) for v in slopes]
+        _judge_trends(entries)
+        return [e["trend"]["trained_minus_ntk_slope"]["verdict"] for e in entries]
+
+    assert judged([0.1, 0.12, 0.11]) == ["widens"]  # two tests (the trained and linearised slopes)
+    assert judged([-0.1, -0.12, -0.11]) == ["narrows"]
+    assert judged([-0.1, 0.12, 0.01]) == ["inconclusive"]
     assert direction(t_interval([0.1]), "widens", "narrows").startswith("inconclusive")
+    # An interval just off zero alone (p ≈ 0.035) is inconclusive in a family of six tests.
+    alone = t_interval([0.024, 0.034, 0.044])
+    assert alone["lo"] > 0 and 0.01 < alone["p"] < 0.05
+    assert judged([0.024, 0.034, 0.044], [0.0, 0.01, -0.01], [0.0, 0.02, -0.01])[0] == "inconclusive"
     # The interval is Student's t with df = n − 1: for n = 3 the half-width is 4.303 sd/√3.
     iv = t_interval([1.0, 2.0, 3.0])
     assert iv["hi"] - iv["mean"] == pytest.approx(4.302652729911275 * 1.0 / 3**0.5)

@@ -7,9 +7,12 @@ every method's run of one seed is paired with the others' of that seed):
 - each method's held-out R²: mean and Student's t interval over its seeds (df = seeds − 1);
 - the gap, trained − NTK limit, per width: paired t interval (df = pairs − 1);
 - its trend with width: per seed, the least-squares slope of the gap on log₂ width, then a
-  t interval of the seeds' slopes (df = seeds − 1). "widens" when the interval lies above 0,
-  "narrows" below it, "inconclusive" when it holds 0 or fewer than 2 seeds have a slope;
+  t interval of the seeds' slopes (df = seeds − 1) and the t test of slope 0. "widens" when
+  the test rejects at 95% after Holm's correction over the study's trend tests (two an
+  encoding) with a positive slope, "narrows" with a negative one, "inconclusive" otherwise or
+  when fewer than 2 seeds have a slope;
 - likewise |linearised − NTK|, which the theory says falls with width ("approaches").
+The per-width gap intervals are descriptive (each at 95%, uncorrected).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from verify import cli
 from verify.studies import behaviour
 from verify.studies.effects import code_of, csv_text, export_runs, store_notes
 from verify.studies.store import RunStore
+from verify.studies.verdicts import holm
 
 PROGRAM = "verify.kernel"
 LEVEL = 0.95
@@ -53,23 +57,25 @@ def t_interval(values, level: float = LEVEL) -> dict:
     v = np.asarray([x for x in values if x is not None and math.isfinite(x)], dtype=float)
     n = len(v)
     if n == 0:
-        return dict(n=0, mean=None, sd=None, lo=None, hi=None, df=None)
+        return dict(n=0, mean=None, sd=None, lo=None, hi=None, df=None, p=None)
     mean = float(v.mean())
     if n < 2:
-        return dict(n=1, mean=mean, sd=None, lo=None, hi=None, df=0)
+        return dict(n=1, mean=mean, sd=None, lo=None, hi=None, df=0, p=None)
     sd = float(v.std(ddof=1))
-    half = float(stats.t.ppf(0.5 + level / 2, n - 1)) * sd / math.sqrt(n)
-    return dict(n=n, mean=mean, sd=sd, lo=mean - half, hi=mean + half, df=n - 1)
+    se = sd / math.sqrt(n)
+    half = float(stats.t.ppf(0.5 + level / 2, n - 1)) * se
+    # Two-sided one-sample t test of mean 0 (a gap or a slope of none).
+    p = 1.0 if se == 0 and mean == 0 else 0.0 if se == 0 else float(2 * stats.t.sf(abs(mean) / se, n - 1))
+    return dict(n=n, mean=mean, sd=sd, lo=mean - half, hi=mean + half, df=n - 1, p=p)
 
 
 def direction(interval: dict, up: str, down: str) -> str:
-    """`up` when the interval lies above 0, `down` below it, else inconclusive."""
-    if interval["lo"] is None:
+    """`up` when the test rejects 0 at LEVEL after Holm's correction (`p_holm`) with a positive
+    mean, `down` with a negative one, else inconclusive."""
+    if interval["p"] is None:
         return "inconclusive (fewer than 2 seeds)"
-    if interval["lo"] > 0:
-        return up
-    if interval["hi"] < 0:
-        return down
+    if interval["p_holm"] < 1 - LEVEL:
+        return up if interval["mean"] > 0 else down
     return "inconclusive"
 
 
@@ -127,14 +133,23 @@ def gaps(rows: list[dict]) -> list[dict]:
         for w in widths:
             entry["widths"].append(dict(width=w, **{f"{m}_minus_ntk": t_interval(found[m][w].values())
                                                     for m in found}))
-        trained = t_interval(_slopes(found["trained"]))
-        linearised = t_interval(_slopes(found["linearised"], abs))
-        entry["trend"] = dict(
-            trained_minus_ntk_slope=trained | dict(verdict=direction(trained, "widens", "narrows")),
-            linearised_distance_slope=linearised | dict(verdict=direction(linearised, "moves away",
-                                                                          "approaches the NTK limit")))
+        entry["trend"] = dict(trained_minus_ntk_slope=t_interval(_slopes(found["trained"])),
+                              linearised_distance_slope=t_interval(_slopes(found["linearised"], abs)))
         out.append(entry)
+    _judge_trends(out)
     return out
+
+
+def _judge_trends(entries: list[dict]) -> None:
+    """The trend tests are one family (two an encoding): Holm's correction over the ones with a
+    p-value, then each its verdict."""
+    tests = [t for e in entries for t in e["trend"].values() if t["p"] is not None]
+    for t, adjusted in zip(tests, holm([t["p"] for t in tests]), strict=True):
+        t["p_holm"] = adjusted
+    for e in entries:
+        trained, linearised = e["trend"]["trained_minus_ntk_slope"], e["trend"]["linearised_distance_slope"]
+        trained["verdict"] = direction(trained, "widens", "narrows")
+        linearised["verdict"] = direction(linearised, "moves away", "approaches the NTK limit")
 
 
 def effects_table(study: str, scale: str, out: Path, keys: set[str] | None = None,
@@ -188,12 +203,13 @@ def format_markdown(table: dict, runs: bool = True) -> str:
         for w in g["widths"]:
             lines.append(f"| {g['encoding']} | {w['width']} | {_iv(w['trained_minus_ntk'])} | "
                          f"{_iv(w['linearised_minus_ntk'])} |")
-    lines += ["", "Trend with width: per seed the slope of the gap on log₂ width, then a t interval over "
-              "seeds.", ""]
+    lines += ["", "(Each interval at 95%, uncorrected: descriptive.) Trend with width: per seed the slope "
+              "of the gap on log₂ width, then a t interval over seeds and the t test of slope 0, "
+              "Holm-corrected over these trend tests.", ""]
     for g in table["gaps"]:
         t, lin = g["trend"]["trained_minus_ntk_slope"], g["trend"]["linearised_distance_slope"]
-        lines.append(f"- {g['encoding']}: trained − NTK per doubling {_iv(t)}: **{t['verdict']}**; "
-                     f"|linearised − NTK| per doubling {_iv(lin)}: **{lin['verdict']}**")
+        lines.append(f"- {g['encoding']}: trained − NTK per doubling {_iv(t)}{_p(t)}: **{t['verdict']}**; "
+                     f"|linearised − NTK| per doubling {_iv(lin)}{_p(lin)}: **{lin['verdict']}**")
     if table["notes"]:
         lines += ["", *[f"- {n}" for n in table["notes"]]]
     if runs:
@@ -216,8 +232,13 @@ def format_compact(table: dict) -> str:
                           f"{_iv(c['held_out_r2'])}" for c in shown)
         t, lin = g["trend"]["trained_minus_ntk_slope"], g["trend"]["linearised_distance_slope"]
         lines.append(f"- {g['encoding']}: held-out R² {cells}. Per doubling of width, trained − NTK "
-                     f"{_iv(t)} **{t['verdict']}**, |linearised − NTK| {_iv(lin)} **{lin['verdict']}**")
+                     f"{_iv(t)}{_p(t)} **{t['verdict']}**, |linearised − NTK| {_iv(lin)}{_p(lin)} "
+                     f"**{lin['verdict']}**")
     return "\n".join(lines + [f"- {n}" for n in table["notes"]])
+
+
+def _p(test: dict) -> str:
+    return "" if test.get("p_holm") is None else f", p_Holm = {test['p_holm']:.2g}"
 
 
 def _widest(cells: list[dict], method: str) -> dict | None:
