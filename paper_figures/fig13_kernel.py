@@ -70,7 +70,8 @@ def compute(quick: bool, progress: bool | None) -> tuple[list[dict], dict]:
 
 def _title(text: str, meta: dict) -> str:
     scale = meta["scale"]
-    mark = "\n[SMOKE DATA: 200-step runs, no result]" if scale == "smoke" else f" ({scale} scale)"
+    # On a second line: four panels side by side leave a title one panel's width.
+    mark = "\n[SMOKE DATA: 200-step runs, no result]" if scale == "smoke" else f"\n({scale} scale)"
     return text + mark + code_mark(meta["code"])
 
 
@@ -93,7 +94,7 @@ def _draw_encoding(axis, rows: list[dict], meta: dict, encoding: str, panel: str
             axis.fill_between([min(widths), max(widths)], limit["lo"], limit["hi"], color="0.5", alpha=0.12)
     trend = meta["trends"].get(encoding, {}).get("trained_minus_ntk_slope", {})
     axis.set(xscale="log", xlabel="width of each hidden layer", ylabel="held-out R² (compositional)",
-             title=_title(f"({panel}) {encoding}: trained − NTK {trend.get('verdict', '—')} with width",
+             title=_title(f"({panel}) {encoding}: trained − NTK\n{trend.get('verdict', '—')} with width",
                           meta))
     low = min([r["lo"] if r["lo"] is not None else r["y"] for r in rows if r["panel"] == panel] or [0.0])
     if low < R2_FLOOR:
