@@ -262,29 +262,6 @@ def argv_of(parser: argparse.ArgumentParser, settings: dict) -> list[str]:
     return argv
 
 
-def place_flags(place: RunPlace | None, run_dir_flag: str) -> list[str]:
-    """The runtime flags of a program whose run folder is `run_dir_flag` that put one run at
-    `place` (None: only --no-progress, as a replay runs)."""
-    if place is None:
-        return ["--no-progress"]
-    tracked = [] if not place.log else ["--log", *place.log, "--log-group", place.log_group or "study",
-                                        "--log-name", place.log_name]
-    return ["--no-progress", "--threads", "1", "--device", place.device, run_dir_flag, place.run_dir,
-            *tracked]
-
-
-def parse_at(parse_args: Callable, parser: argparse.ArgumentParser, settings: dict,
-             place: RunPlace | None, run_dir_flag: str):
-    """The configuration of a program whose command line is its configuration (`parse_args`
-    of `parser`'s flags): `settings` by destination, to run at `place` (its folder given by
-    `run_dir_flag`), or with no place to replay. UsageError for a setting it refuses."""
-    try:
-        argv = [*argv_of(parser, settings), *place_flags(place, run_dir_flag)]
-    except ValueError as e:
-        raise UsageError(str(e)) from None
-    return parse_args(argv)
-
-
 # --- output files ------------------------------------------------------------------------
 
 def check_out_dir(path: str | os.PathLike, flag: str) -> Path:
