@@ -106,10 +106,10 @@ def _save_cache(cache: dict) -> None:
         pass  # a read-only home: replays are simply not remembered
 
 
-def replay_difference(program: str, run: dict, fingerprint: str) -> str:
+def replay_difference(program: str, run: dict, fingerprint: str, cache: dict) -> str:
     """Where the installed code (of `fingerprint`) first differs from the run's stored record
-    when it replays it ("" where it agrees), cached in the user's cache folder."""
-    cache = _load_cache()
+    when it replays it ("" where it agrees), cached in `cache` (the user's cache folder's,
+    _load_cache(), read once by the caller) and saved there after each new replay."""
     slot = f"{run['key']}:{run['code_fingerprint']}:{fingerprint}"
     if slot not in cache:
         cache[slot] = difference(run["behaviour"], record(program, run["config"])) or ""
@@ -124,6 +124,7 @@ class Judge:
     def __init__(self, program: str, fingerprint: str):
         self.program, self.fingerprint = program, fingerprint
         self.why: dict[str, str] = {}
+        self._cache: dict | None = None  # read on the first replay
 
     def __call__(self, run: dict) -> str:
         made_by = run.get("code_fingerprint")
@@ -134,7 +135,9 @@ class Judge:
         stored = run.get("behaviour")
         if not stored or not has_behaviour(self.program):
             return OTHER
-        why = replay_difference(self.program, run, self.fingerprint)
+        if self._cache is None:
+            self._cache = _load_cache()
+        why = replay_difference(self.program, run, self.fingerprint, self._cache)
         if why:
             self.why[run["key"]] = why
             return OTHER
@@ -187,8 +190,9 @@ def attest(program: str, store_path: Path, fingerprint: str, progress: bool | No
             else:
                 todo.append(r)
         bar = progress_bar(len(todo), "replays", progress, unit="run")
+        cache = _load_cache()
         for r in todo:
-            why = replay_difference(program, r, fingerprint)
+            why = replay_difference(program, r, fingerprint, cache)
             if why:
                 counts["differ"][r["key"]] = why
             else:
