@@ -1,0 +1,184 @@
+"""python -m verify.studies.steps_to_fit STUDY: how many steps each arm of a study needs to fit
+its training tasks (issue 43).
+
+A held-out claim ("a larger model generalizes better") is about composition only where both
+arms fit their training tasks; otherwise the larger network may only fit faster. This trains
+one run per grid point of the study's scale (one seed, `--seed`), with the study's settings
+but `--max-steps` steps, and every `--every` steps scores the network on the run's own
+in-distribution evaluation tasks (the first `--tasks` of them; the paper's R², as verify.sgd
+scores them), and on its held-out tasks. A run stops once the family's convergence rule has
+held at `--hold` evaluations in a row (the hyperteacher: training R² ≥ 0.99), and the step
+at which it first held is reported. With the constant learning rate of the cpu scales, a
+run of S steps is the first S steps of this one (the same stream of tasks), so one run gives
+every shorter run's fit.
+
+Its output (`--json`, or a table) is what a study file's steps rest on; it states the study,
+scale, seed and settings that made it. Cost: one training run a grid point, at most
+--max-steps steps each (scaling-model's cpu grid at 60,000: about 2 h on one core).
+Hyperteacher studies of verify.sgd only (MLP students).
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import sys
+import time
+
+from verify import cli
+from verify.cli import UsageError, positive_int
+
+
+class _Fitted(Exception):
+    """Raised from the evaluation hook to end a run that has fit."""
+
+
+def _score(net, samples, encode, tasks: int) -> float:
+    from verify.learning.metrics import TaskSamples, compositional_r2_paper, predict
+
+    part = TaskSamples(samples.z[:tasks], samples.x[:tasks], samples.y[:tasks])
+    f = copy.deepcopy(net).double().eval()
+    return compositional_r2_paper(predict(f, part, encode), part)
+
+
+class _Curve:
+    """The training loop's tracker (verify.learning.tracking's interface): at every
+    `every`-th step it scores the network on both sides and stops the run once training R²
+    has been ≥ the threshold `hold` evaluations in a row."""
+
+    def __init__(self, net, sides, encode, every: int, tasks: int, threshold: float, hold: int):
+        self.net, self.sides, self.encode = net, sides, encode
+        self.every, self.tasks, self.threshold, self.hold = every, tasks, threshold, hold
+        self.points: list[dict] = []
+        self.start = time.perf_counter()
+
+    def log(self, step: int, metrics: dict) -> None:
+        if step % self.every:
+            return
+        point = dict(step=step, train_r2=_score(self.net, self.sides["train"][1], self.encode, self.tasks),
+                     held_out_r2=_score(self.net, self.sides["held_out"][1], self.encode, self.tasks),
+                     loss=metrics.get("train/loss"), seconds=time.perf_counter() - self.start)
+        self.points.append(point)
+        print(json.dumps(point), file=sys.stderr, flush=True)
+        recent = self.points[-self.hold:]
+        if len(recent) == self.hold and all(p["train_r2"] >= self.threshold for p in recent):
+            raise _Fitted
+
+    def close(self) -> None:
+        pass
+
+
+def first_fit(points: list[dict], threshold: float) -> int | None:
+    """The first evaluated step from which training R² stayed ≥ threshold to the end (None if
+    the last evaluation is below it)."""
+    step = None
+    for p in points:
+        if p["train_r2"] >= threshold:
+            step = p["step"] if step is None else step
+        else:
+            step = None
+    return step
+
+
+def measure(params: dict, max_steps: int, every: int, tasks: int, hold: int) -> dict:
+    """One grid point's curve: train R² and held-out R² every `every` steps, up to max_steps or
+    until it has fit."""
+    from verify.learning import sgd_program
+    from verify.learning.families import FAMILIES
+    from verify.learning.run_config import Runtime
+    from verify.learning.train import train_student
+
+    run = sgd_program.config_of({**params, "steps": max_steps})
+    run = run.replace(runtime=Runtime(threads=1, no_progress=True, seeds=(run.seed,)))
+    family_cls = FAMILIES[run.family]
+    metric, threshold = family_cls.convergence
+    if run.family != "hyperteacher" or run.student != "mlp":
+        raise UsageError(f"steps_to_fit measures hyperteacher MLP runs; this grid point is {run.family}, "
+                         f"{run.student}")
+    prep = sgd_program.prepare(run, progress=False)
+    [(shape, (net, widths))] = prep.students.items()
+    curve = _Curve(net, prep.sides, prep.family.encode, every, tasks, threshold, hold)
+    start = time.perf_counter()
+    try:
+        train_student(prep.family, prep.split.train, net, prep.train, progress=False, threads=1,
+                      widths=widths, log_every=every, speed=prep.speed, tracker=curve)
+    except _Fitted:
+        pass
+    return dict(params={k: v for k, v in params.items() if k != "steps"}, widths=widths,
+                threshold=threshold, metric=f"train {metric}",
+                first_fit_step=first_fit(curve.points, threshold),
+                last_step=curve.points[-1]["step"] if curve.points else 0,
+                seconds=time.perf_counter() - start, points=curve.points)
+
+
+def build_parser() -> cli.Parser:
+    p = cli.Parser("python -m verify.studies.steps_to_fit", __doc__)
+    p.add_argument("study", help="a verify.sgd hyperteacher study (verify/studies/NAME.yaml)")
+    p.add_argument("--scale", default="cpu", choices=("paper", "cpu", "smoke"),
+                   help="the study's scale (default cpu)")
+    p.add_argument("--seed", type=int, default=1, help="the one seed each grid point runs (default 1)")
+    p.add_argument("--max-steps", type=positive_int, default=60_000, help="steps at most (default 60000)")
+    p.add_argument("--every", type=positive_int, default=2_500,
+                   help="evaluate every this many steps (default 2500)")
+    p.add_argument("--tasks", type=positive_int, default=256,
+                   help="evaluation tasks a side (the first of the run's 1,024; default 256)")
+    p.add_argument("--hold", type=positive_int, default=2,
+                   help="stop once the rule held at this many evaluations in a row (default 2)")
+    p.add_argument("--only", nargs="+", metavar="K=V", default=[],
+                   help="only the grid points whose parameters match, e.g. encoding=fewshot width=128")
+    p.add_argument("--out", help="also write the JSON lines here, one a grid point as it finishes")
+    cli.add_json(p)
+    return p
+
+
+def _matches(params: dict, only: list[str]) -> bool:
+    for item in only:
+        k, _, v = item.partition("=")
+        if str(params.get(k)) != v:
+            return False
+    return True
+
+
+def work(ns: argparse.Namespace) -> int:
+    from verify.studies.grids import expand
+
+    _, runs = expand(ns.study, ns.scale)
+    points, seen = [], set()
+    for r in runs:
+        params = {**r.params, "seed": ns.seed}
+        key = json.dumps(params, sort_keys=True, default=str)
+        if key not in seen and _matches(params, ns.only):
+            seen.add(key)
+            points.append(params)
+    if not points:
+        raise UsageError(f"no grid point of {ns.study} ({ns.scale}) matches --only {' '.join(ns.only)}")
+    if ns.every > ns.max_steps:
+        raise UsageError("--every must be at most --max-steps")
+    results = []
+    for i, params in enumerate(points, 1):
+        print(f"[{i}/{len(points)}] {params}", file=sys.stderr, flush=True)
+        result = measure(params, ns.max_steps, ns.every, ns.tasks, ns.hold)
+        result |= dict(study=ns.study, scale=ns.scale, seed=ns.seed, max_steps=ns.max_steps, every=ns.every,
+                       tasks=ns.tasks, hold=ns.hold)
+        results.append(result)
+        if ns.out:
+            with open(ns.out, "a") as f:
+                f.write(json.dumps(result) + "\n")
+    if ns.json:
+        cli.emit(cli.to_json(results))
+    else:
+        for r in results:
+            last = r["points"][-1] if r["points"] else {}
+            train, held = last.get("train_r2", float("nan")), last.get("held_out_r2", float("nan"))
+            print(f"{r['params']}: fits at {r['first_fit_step']} steps; at {r['last_step']}: train R² "
+                  f"{train:.4f}, held-out {held:.4f} ({r['seconds']:.0f} s)")
+    return 0
+
+
+def main(argv=None) -> int:
+    return cli.main_of("python -m verify.studies.steps_to_fit", build_parser().parse_args, work, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
