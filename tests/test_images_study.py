@@ -333,3 +333,54 @@ def test_runs_of_one_seed_on_other_splits_are_all_in_their_settings_arm():
                  test_success=v, decodability=0.5, text_decodability=0.5) for s, v in ((0, 0.1), (1, 0.3))]
     (group,) = report._group_rows(runs)
     assert sorted(group["test_success_values"].values()) == [0.1, 0.3] and group["runs"] == 2
+
+
+def _unit_group(n_train, params, by_split):
+    """A setting's row with its runs' values keyed `split/seed` and their split-seed means."""
+    values = {f"{k}/{i}": v for k, vs in by_split.items() for i, v in enumerate(vs, 1)}
+    mean, sd = mean_sd(list(values.values()))
+    return dict(setting=dict(train_combinations=n_train, parameters=params), runs=len(values),
+                test_success_mean=mean, test_success_sd=sd, test_success_values=values,
+                test_success_units={k: float(np.mean(vs)) for k, vs in by_split.items()})
+
+
+def test_with_the_split_seed_as_unit_a_test_reads_one_mean_a_split_and_pairs_where_the_claim_says():
+    """Issue 43: six runs an arm on three splits are three values, not six (the seeds within a split
+    are not independent draws of the design); the model-size claim pairs its arms by split."""
+    claims = (verdicts.Claim("train_combinations", "helps", delta=0.3, why="w"),
+              verdicts.Claim("parameters", "helps", delta=0.1, why="w", test="paired"))
+    by_run, by_unit = (verdicts.Plan(test="welch", claims=claims, unit=u) for u in (None, "split_seed"))
+    groups = [_unit_group(16, 100, {0: (0.1, 0.12), 1: (0.3, 0.32), 2: (0.2, 0.21)}),
+              _unit_group(48, 100, {0: (0.5, 0.52), 1: (0.7, 0.71), 2: (0.6, 0.62)}),
+              _unit_group(48, 900, {0: (0.55, 0.57), 1: (0.76, 0.75), 2: (0.66, 0.67)})]
+    runs = {(e["factor"]): e for e in report.ladder_effects(groups, by_run)[0]}
+    units = {(e["factor"]): e for e in report.ladder_effects(groups, by_unit)[0]}
+    assert runs["train_combinations"]["verdict"]["n"] == (6, 6)
+    assert units["train_combinations"]["verdict"]["n"] == (3, 3)
+    assert units["train_combinations"]["verdict"]["df"] < runs["train_combinations"]["verdict"]["df"]
+    size = units["parameters"]["verdict"]
+    assert size["test"] == "paired t" and size["n"] == (3, 3) and size["df"] == 2.0
+    assert size["difference"] == pytest.approx((0.05 + 0.05 + 0.055) / 3, abs=1e-12)
+    _, notes = report.ladder_effects(groups, by_unit)
+    assert "split seeds (the unit" in notes[0] and "for parameters: paired" in notes[0]
+    assert any(n.startswith("split seeds for 80% power") for n in notes)
+
+
+def test_the_primary_fit_is_fragile_where_one_cluster_carries_it_and_robust_where_none_does():
+    rng = np.random.default_rng(5)
+    coverage = [c for c in (16, 32, 48) for _ in range(3) for _ in range(2)]
+    clusters = [(c, s) for c in (16, 32, 48) for s in range(3) for _ in range(2)]
+    x = rng.normal(0.5, 0.1, len(clusters))
+    robust = [0.02 * c + 2.0 * xi + rng.normal(0, 0.01) for c, xi in zip(coverage, x, strict=True)]
+    fit = report.cluster_means_fit(x, robust, coverage, clusters)
+    assert fit["verdict"] == "> 0" and not fit["fragile"] and len(fit["leave_one_out"]) == 9
+    # No relation but one cluster far off the line in the direction of its decodability.
+    carried = [0.02 * c + rng.normal(0, 0.05) for c in coverage]
+    x2 = x.copy()
+    x2[[0, 1]] += 1.0  # cluster (16, 0)
+    carried[0] += 1.5
+    carried[1] += 1.5
+    fit = report.cluster_means_fit(x2, carried, coverage, clusters)
+    assert fit["verdict"] == "> 0" and fit["p"] < 0.001  # significant, on the strength of one cluster
+    assert fit["fragile"] and fit["flips"] == 1
+    assert [r["left_out"] for r in fit["leave_one_out"] if r["verdict"] != "> 0"] == [(16, 0)]

@@ -282,19 +282,22 @@ def stored(out: Path, runs: list[tuple[dict, dict]]) -> list[str]:
 
 
 # Held-out acc_all over three seeds by split, against random's 0.80: non_compositional hurts and
-# popular_modules is within the study file's ±0.02 margin (as the paper says: paired TOST p 0.0176,
-# 0.035 after Holm over the family's 4 tests), unpopular_modules helps (the paper says it hurts).
+# popular_modules is within the study file's δ ±0.05 (as the paper says), unpopular_modules helps
+# (the paper says it hurts).
 # The per-step held-out acc points the other way, so that the table must use acc_all.
 ACC_ALL = {"random": (0.80, 0.81, 0.79), "non_compositional": (0.60, 0.61, 0.59),
            "popular_modules": (0.805, 0.81, 0.80), "unpopular_modules": (0.90, 0.91, 0.89)}
 ACC = {"random": 0.90, "non_compositional": 0.99, "popular_modules": 0.90, "unpopular_modules": 0.70}
 
 
-def test_the_effects_table_of_preference_runs_compares_supports_by_acc_all_and_marks_undertraining(tmp_path):
+@pytest.mark.parametrize("undertrained", [True, False])
+def test_the_effects_table_of_preference_runs_compares_supports_by_acc_all_and_marks_undertraining(
+        tmp_path, undertrained):
     runs = []
     for split, values in ACC_ALL.items():
         for seed, held_all in enumerate(values, 1):
-            train_acc = 0.95 if (split, seed) == ("popular_modules", 2) else 0.995
+            short = undertrained and (split, seed) == ("popular_modules", 2)
+            train_acc = 0.95 if short else 0.995
             runs.append((dict(family="preference", F=3, split=split, seed=seed),
                          preference(train_acc, ACC[split], held_all)))
     stored(tmp_path, runs)
@@ -306,18 +309,29 @@ def test_the_effects_table_of_preference_runs_compares_supports_by_acc_all_and_m
     assert {"train_acc_mean", "held_out_acc_mean", "held_out_acc_all_mean"} <= set(table["columns"])
     assert not any("r2" in c and c != "probe_r2_mean" for c in table["columns"]), table["columns"]
     assert by["non_compositional"]["effect_vs_random"] == "-0.200 (hurts)"
-    assert by["popular_modules"]["effect_vs_random"] == "+0.005 (equivalent)"
     assert by["unpopular_modules"]["effect_vs_random"] == "+0.100 (helps)"
-    assert by["popular_modules"]["test"] == ("paired t(2) = 1.73, p_Holm = 0.23; TOST ±0.02: p_Holm = 0.035")
     claims = {c.treatment: c.paper for c in study.study_plan("task-support-preference").claims}
+    if undertrained:
+        # One seed of popular_modules reached training acc 0.95: its row is not converged, and
+        # its held-out comparison tests nothing (issue 43: an arm that did not fit).
+        assert by["popular_modules"]["effect_vs_random"] == "+0.005 (not testable)"
+        assert by["popular_modules"]["test"].startswith("an arm did not fit its training tasks")
+        assert "0.9800 (1 of 3 runs below) against 0.9950 (fit)" in by["popular_modules"]["test"]
+        assert [s for s, r in by.items() if not r["converged"]] == ["popular_modules"]
+    else:
+        assert by["popular_modules"]["effect_vs_random"] == "+0.005 (equivalent)"
+        assert by["popular_modules"]["test"].startswith("paired t(2) = 1.73, p_Holm = ")
+        assert "TOST ±0.05: p_Holm = " in by["popular_modules"]["test"]
     for split, row in by.items():
         if split == "random":
             assert "agrees" not in row and "effect_vs_random" not in row
         else:
             assert row["paper_effect"] == claims[split]
-            assert row["agrees"] == ("NO" if split == "unpopular_modules" else "yes")
-    # One seed of popular_modules reached training acc 0.95: its row is not converged.
-    assert [s for s, r in by.items() if not r["converged"]] == ["popular_modules"]
+            want = "NO" if split == "unpopular_modules" else (
+                "not testable" if undertrained and split == "popular_modules" else "yes")
+            assert row["agrees"] == want
+    if not undertrained:
+        return
     assert any(n.startswith("effect_vs_random: held_out_acc_all_mean minus") for n in table["notes"])
     (note,) = [n for n in table["notes"] if "did not converge" in n]
     assert note.startswith("1 of 4 rows did not converge (training acc < 0.99 in some run)"), note

@@ -219,7 +219,7 @@ def partial_fit(x, y, coverage, clusters, *, n_boot: int = BOOTSTRAP, seed: int 
                       slope_hi=float(slope_hi), degenerate=int(n_boot - len(kept)))
 
 
-def cluster_means_fit(x, y, coverage, clusters, level: float = LEVEL) -> dict:
+def cluster_means_fit(x, y, coverage, clusters, level: float = LEVEL, *, sensitivity: bool = True) -> dict:
     """The clusters' mean success regressed on their mean decodability and coverage (as a
     factor), by least squares: decodability's coefficient, its t-interval at `level` with
     G − C − 1 degrees of freedom (G clusters, C coverages), and the verdict of that interval
@@ -248,9 +248,26 @@ def cluster_means_fit(x, y, coverage, clusters, level: float = LEVEL) -> dict:
         return out | dict(slope=slope, lo=slope, hi=slope, p=0.0 if slope else 1.0, status="fitted",
                           verdict=verdicts.interval_side(slope, slope, 0.0))
     half = float(stats.t.ppf(0.5 + level / 2, df)) * se
-    return out | dict(slope=slope, lo=slope - half, hi=slope + half, se=se, status="fitted",
-                      p=float(2 * stats.t.sf(abs(slope / se), df)),
-                      verdict=verdicts.interval_side(slope - half, slope + half, 0.0))
+    out |= dict(slope=slope, lo=slope - half, hi=slope + half, se=se, status="fitted",
+                p=float(2 * stats.t.sf(abs(slope / se), df)),
+                verdict=verdicts.interval_side(slope - half, slope + half, 0.0))
+    if not sensitivity:
+        return out
+    return out | leave_one_cluster_out(x, y, coverage, clusters, level, out["verdict"])
+
+
+def leave_one_cluster_out(x, y, coverage, clusters, level: float, verdict: str) -> dict:
+    """The primary fit's sensitivity (issue 43): the fit again without each cluster in turn. A
+    verdict that leaving out one cluster flips is `fragile`; the refits are printed beside it."""
+    refits = []
+    for label in sorted(set(clusters), key=str):
+        keep = [c != label for c in clusters]
+        kept = [i for i, k in enumerate(keep) if k]
+        sub = cluster_means_fit(np.asarray(x)[kept], np.asarray(y)[kept], [coverage[i] for i in kept],
+                                [clusters[i] for i in kept], level, sensitivity=False)
+        refits.append(dict(left_out=label, slope=sub.get("slope"), p=sub.get("p"), verdict=sub["verdict"]))
+    flips = [r for r in refits if r["verdict"] != verdict]
+    return dict(leave_one_out=refits, fragile=bool(flips), flips=len(flips))
 
 
 def within(values, groups) -> np.ndarray:
@@ -289,8 +306,8 @@ def ladder_comparisons(groups: list[dict], factor: str, plan: verdicts.Plan) -> 
             ", ".join(f"{k} {key_cell(v)}" for k, v in where.items()) + ")"
         info = dict(factor=factor, at=where, low=lo["setting"][factor], high=hi["setting"][factor],
                     ladder=[(g["setting"][factor], g["test_success_mean"]) for g in members])
-        out.append((info, verdicts.Comparison(name, dict(hi["test_success_values"]),
-                                              dict(lo["test_success_values"]), claim, fails)))
+        values = "test_success_units" if plan.unit == "split_seed" else "test_success_values"
+        out.append((info, verdicts.Comparison(name, dict(hi[values]), dict(lo[values]), claim, fails)))
     return out
 
 
@@ -321,6 +338,12 @@ def _group_rows(runs: list[dict]) -> list[dict]:
             row[f"{metric}_mean"], row[f"{metric}_sd"] = mean_sd([m[metric] for m in members])
         # One value a run: runs of one setting differ in their seed and split seed.
         row["test_success_values"] = {f"{m['split_seed']}/{m['seed']}": m["test_success"] for m in members}
+        # One value a split seed (the study's unit, where the split carries the design): the mean
+        # of its runs.
+        by_split: dict = {}
+        for m in members:
+            by_split.setdefault(m["split_seed"], []).append(m["test_success"])
+        row["test_success_units"] = {k: float(np.mean(v)) for k, v in sorted(by_split.items())}
         rows.append(row)
     return rows
 
@@ -385,8 +408,11 @@ def _partial_line(fit: dict) -> str:
     if cm.get("slope") is None:
         decided = f"verdict: {cm['verdict']} ({cm['status']})"
     else:
-        decided = (f"verdict, from the {cm['clusters']} cluster means (t, {cm['df']} df): coefficient "
-                   f"{cm['slope']:.3f} [{cm['lo']:.3f}, {cm['hi']:.3f}], {cm['verdict']}")
+        decided = (f"the primary analysis (declared: the cluster-mean regression), from the {cm['clusters']} "
+                   f"cluster means (t, {cm['df']} df): coefficient {cm['slope']:.3f} [{cm['lo']:.3f}, "
+                   f"{cm['hi']:.3f}], {cm['verdict']}")
+        if cm.get("leave_one_out"):
+            decided += _sensitivity_text(cm)
     if fit.get("r") is None:
         return f"{head}: {fit['status']}; {decided}"
     text = f"{head}: partial r = {fit['r']:.3f}, decodability's coefficient {fit['slope']:.3f}"
@@ -395,6 +421,20 @@ def _partial_line(fit: dict) -> str:
     return (f"{text}; {pct}% cluster-bootstrap intervals [{fit['lo']:.3f}, {fit['hi']:.3f}] and "
             f"[{fit['slope_lo']:.3f}, {fit['slope_hi']:.3f}] ({fit['bootstrap']:,} resamples of clusters; "
             f"descriptive: liberal at this many clusters); {decided}")
+
+
+def _sensitivity_text(cm: dict) -> str:
+    """The primary fit's leave-one-cluster-out line: fragile (one cluster flips it) or robust, and
+    the weakest refit."""
+    refits = [r for r in cm["leave_one_out"] if r["p"] is not None]
+    head = (f" (**fragile**: leaving out one cluster flips it in {cm['flips']} of {cm['clusters']} refits"
+            if cm["fragile"] else f" (robust: no one of the {cm['clusters']} clusters left out flips it")
+    if not refits:
+        return head + ")"
+    worst = max(refits, key=lambda r: r["p"])
+    left = worst["left_out"]
+    label = "/".join(map(str, left)) if isinstance(left, list | tuple) else left
+    return head + f"; the weakest, without cluster {label}: {worst['slope']:.3f}, p = {worst['p']:.2g})"
 
 
 def format_compact(table: dict) -> str:

@@ -109,7 +109,7 @@ def effects_table(study: str, scale: str, out: Path, keys: set[str] | None = Non
     notes += _completeness_notes(rows, len(done), len(failed), len(old_grid), keys)
     columns = [*varying, "network", "runs", "n_train", *dict.fromkeys(metric_columns), "converged",
                *[c for c in ("paper_held_out_r2", "paper_effect", "effect_vs_random", "compared_with",
-                             "effect", "test", "agrees")
+                             "effect", "train_effect", "gap_change", "test", "agrees")
                  if any(c in r for r in rows)],
                *(["code"] if stale["other"] or stale["unknown"] else [])]
     table = dict(study=study, scale=scale, runs_done=len(done), runs_failed=len(failed), group_by=varying,
@@ -175,8 +175,11 @@ def _rows(done: list[dict], varying: list[str], judge, fingerprint: str | None):
         row["converged"] = all(family.converged(m[column_of(family, family.convergence_side_metric())])
                                for m in members)
         row["effect_metric"] = column_of(family, family.effect_side_metric())
+        row["train_metric"] = column_of(family, family.convergence_side_metric())
         seed_values[id(row)] = {m["seed"]: m[row["effect_metric"]] for m in members
                                 if m[row["effect_metric"]] is not None}
+        seed_values[(id(row), "train")] = {m["seed"]: m[row["train_metric"]] for m in members
+                                           if m[row["train_metric"]] is not None}
         if fingerprint is not None:
             row["code"] = _code_cell([m["code"] for m in members])
         rows.append(row)
@@ -295,13 +298,56 @@ def _compared(rows: list[dict], varying: list[str], factor: str, control, plan: 
     return out
 
 
+def unfit(r: dict, ref: dict, seed_values: dict) -> str | None:
+    """Why a held-out comparison of rows r and ref tests no claim: an arm that did not fit its
+    training tasks (the family's convergence rule in every run), where a held-out gain may be
+    only a training gain (issue 43). None where both fit."""
+    if r["converged"] and ref["converged"]:
+        return None
+    family = FAMILIES[r["family"]]
+    metric, threshold = family.convergence
+
+    def arm(row):
+        values = list(seed_values[(id(row), "train")].values())
+        below = sum(not family.converged(v) for v in values)
+        mean = row[f"{row['train_metric']}_mean"]
+        return (f"{_cell(mean)} "
+                + (f"({below} of {len(values)} runs below)" if below else "(fit)"))
+    return (f"an arm did not fit its training tasks (training {metric} ≥ {threshold:g} in every run): "
+            f"training {metric} {arm(r)} against {arm(ref)}")
+
+
+def fit_effects(r: dict, ref: dict, seed_values: dict, test: str) -> dict:
+    """Beside a held-out difference, what the training side says of it: the training gain
+    (treatment − control of the training metric) and the change of the generalization gap
+    (training − held-out), paired by seed where the plan pairs them, so that a reader sees
+    whether a gain composes or only fits."""
+    train_t, train_c = seed_values[(id(r), "train")], seed_values[(id(ref), "train")]
+    held_t, held_c = seed_values[id(r)], seed_values[id(ref)]
+    def mean(d):
+        return sum(d.values()) / len(d) if d else None
+    if test == "paired":
+        seeds = sorted(set(train_t) & set(train_c) & set(held_t) & set(held_c), key=str)
+        if not seeds:
+            return {}
+        gain = [train_t[s] - train_c[s] for s in seeds]
+        gap = [(train_t[s] - held_t[s]) - (train_c[s] - held_c[s]) for s in seeds]
+        return dict(train_effect=sum(gain) / len(seeds), gap_change=sum(gap) / len(seeds))
+    if not (train_t and train_c and held_t and held_c):
+        return {}
+    return dict(train_effect=mean(train_t) - mean(train_c),
+                gap_change=(mean(train_t) - mean(held_t)) - (mean(train_c) - mean(held_c)))
+
+
 def _claim_effects(rows: list[dict], varying: list[str], notes: list[str], plan: verdicts.Plan,
-                   seed_values: dict[int, dict]) -> None:
+                   seed_values: dict) -> None:
     """Each contrast (`contrasts`): the difference of the held-out headline metric (R²,
     acc_all), judged with the study's plan (a test per comparison, Holm's correction over all
     of them; verify.studies.verdicts), and, where the study file states the paper's claim,
-    whether the verdict agrees with it. The support's contrast fills `effect_vs_random`; any
-    other fills `compared_with` (the control) and `effect`."""
+    whether the verdict agrees with it. A comparison whose arms did not both fit their
+    training tasks is not testable (`unfit`); every one shows its training gain and change of
+    the generalization gap beside it (`fit_effects`). The support's contrast fills
+    `effect_vs_random`; any other fills `compared_with` (the control) and `effect`."""
     compared = []
     for factor, control in contrasts(plan, varying):
         for r, ref, claim in _compared(rows, varying, factor, control, plan):
@@ -311,7 +357,9 @@ def _claim_effects(rows: list[dict], varying: list[str], notes: list[str], plan:
                               if k != factor and r.get(k) is not None and k not in ("shapes", "student"))
                     + f": {factor} {key_cell(r[factor])} vs {key_cell(control)}")
             compared.append((r, factor, control, verdicts.Comparison(
-                name=name, treatment=seed_values[id(r)], control=seed_values[id(ref)], claim=claim)))
+                name=name, treatment=seed_values[id(r)], control=seed_values[id(ref)], claim=claim,
+                condition_fails=unfit(r, ref, seed_values))))
+            r |= fit_effects(r, ref, seed_values, plan.test)
     if not compared:
         return
     judged = verdicts.judge([c for *_, c in compared], plan)
@@ -329,6 +377,10 @@ def _claim_effects(rows: list[dict], varying: list[str], notes: list[str], plan:
     if any(f != "split" for _, f, _, _ in compared):
         notes.append(f"effect: {measured} minus that of the row named in compared_with (the same "
                      "settings otherwise)")
+    if any("train_effect" in r for r in rows):
+        notes.append("train_effect: the same difference of the training metric; gap_change: the change of "
+                     "the generalization gap (training − held-out), treatment less control: a held-out gain "
+                     "that equals the training gain (gap_change ≈ 0) is fit, not composition")
     notes += verdicts.notes(plan, [c for *_, c in compared], judged)
 
 

@@ -177,8 +177,10 @@ def compact_lines(table: dict) -> str:
             effect, _, outcome = (r.get("effect_vs_random") or r["effect"]).partition(" ")
             claim = (f"; paper: {r['paper_effect']}, agrees: {_cell(r.get('agrees'))}"
                      if r.get("paper_effect") is not None else "")
+            fit = (f"; training {r['train_effect']:+.3f}, gap change {r['gap_change']:+.3f}"
+                   if r.get("train_effect") is not None else "")
             lines.append(f"- {_label(r, keys, network)}: {effect} {outcome[:-1]}; {r['test']}) "
-                         f"[{value}{paper}, {runs}]{claim}{code}")
+                         f"[{value}{paper}, {runs}{fit}]{claim}{code}")
         else:
             lines.append(f"- {_label(r, keys, network)}: {value}{paper}, {runs}{code}")
     return "\n".join(lines + kept_notes(table["notes"]))

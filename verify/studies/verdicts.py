@@ -10,21 +10,31 @@ with the study's `Plan`, to `judge`. `judge`
      pairs seeds (`test: paired`: one seed draws what both arms share, such as the teacher and
      the initialisation), over the seeds both arms ran;
    - otherwise Welch's t-test (Welch–Satterthwaite degrees of freedom);
-   - and, where the claim is "no effect", the two one-sided tests (TOST) of |Δ| < margin, the
-     margin and its reason stated in the study file;
+   - and, for every claim, the two one-sided tests (TOST) of |Δ| < δ: δ is the claim's one
+     smallest effect of interest, stated in the study file with its reason, and it serves
+     both sides (an effect smaller than δ is not the paper's effect; a no-effect claim holds
+     within δ);
 2. corrects every p-value of the family (difference and equivalence tests alike) by Holm's
    step-down procedure;
-3. gives each comparison an outcome:
-   - "helps" or "hurts": the difference test rejects Δ = 0 after Holm;
-   - "equivalent": the TOST rejects |Δ| ≥ margin after Holm (this wins over a significant but
-     smaller-than-margin difference);
+3. gives each comparison an outcome, from the two Holm-corrected tests:
+   - "helps" or "hurts": the difference test rejects Δ = 0, the equivalence test does not
+     put Δ within δ;
+   - "trivial": both reject: a real difference smaller than δ;
+   - "equivalent": only the equivalence test rejects;
    - "inconclusive": neither, with the minimum detectable effect (MDE) at this seed count;
    - "not testable": fewer than two seeds in an arm (no variance, no test), or the claim's
-     condition does not hold here (with why);
-4. says whether it agrees with the paper: "yes" only where the outcome is the paper's claim;
-   "NO" only where a test establishes the opposite (an effect of the other sign, an
-   equivalence where the paper claims an effect, an effect where it claims none); otherwise
-   "inconclusive" or "not testable". A failure to reject is never a disagreement.
+     condition does not hold here (with why: below a floor, or an arm that did not fit its
+     training tasks, so that a held-out gain may be a training gain);
+4. says whether it agrees with the paper: "yes" only where the outcome is the paper's claim
+   (for a claim of no effect: equivalent or trivial); "NO" only where a test establishes
+   otherwise (an effect of the other sign; an equivalence or a trivial difference where the
+   paper claims an effect; an effect where it claims none); otherwise "inconclusive" or "not
+   testable". A failure to reject is never a disagreement.
+
+A claim's `scale` says where δ means the same everywhere: `raw` (the metric itself), or
+`log_unexplained` for an R² near its ceiling, where each seed's value v is read as −log(1 − v):
+a difference is the log-ratio of the two arms' unexplained variance, and δ = log 1.25 says
+"within a quarter more or less of the unexplained variance", at R² 0.99 as at 0.5.
 
 Seeds by power (`seeds_needed`): the seeds per arm at which the difference test detects a
 stated effect, or the TOST establishes the margin when the truth is 0, with the plan's power
@@ -48,6 +58,9 @@ import numpy as np
 
 HELPS, HURTS, EQUIVALENT, INCONCLUSIVE, NOT_TESTABLE = "helps", "hurts", "equivalent", "inconclusive", \
     "not testable"
+TRIVIAL = "trivial"  # a real difference smaller than the claim's δ
+SCALES = ("raw", "log_unexplained")
+UNITS = (None, "split_seed")  # a study's unit of replication (Plan.unit)
 NO_EFFECT = "no effect"
 CLAIMS = (HELPS, HURTS, NO_EFFECT)
 TESTS = ("paired", "welch")
@@ -59,47 +72,72 @@ MAX_SEEDS = 1000  # seeds_needed's search ends here ("more than 1000")
 @dataclass(frozen=True)
 class Claim:
     """One claim of the paper a study tests: `factor` at `treatment` against `control` (a
-    report that compares a ladder's ends leaves both None), the paper's direction, and for a
-    claim of no effect the equivalence margin and why. `detect` is the effect size the seeds
-    are planned to detect (effect claims), `floor` a condition: the claim is tested only where
-    at least one arm's mean reaches it (below, nothing composes and no difference can show)."""
+    report that compares a ladder's ends leaves both None), the paper's direction, and `delta`,
+    the claim's one smallest effect of interest on its `scale` (module docstring), with `why`,
+    its reason. δ is what the seeds are planned to detect (a claim of an effect) or to
+    establish (a claim of no effect), and the equivalence margin of every claim. `floor` is a
+    condition: the claim is tested only where at least one arm's mean reaches it (below,
+    nothing composes and no difference can show); its reason goes in `why` too."""
 
     factor: str
     paper: str
     treatment: object = None
     control: object = None
-    margin: float | None = None
+    delta: float | None = None
     why: str | None = None
-    detect: float | None = None
+    scale: str = "raw"
     floor: float | None = None
+    test: str | None = None  # the plan's test, unless the design pairs this claim's arms otherwise
 
     def validate(self, where: str) -> None:
         if self.paper not in CLAIMS:
             raise ValueError(f"{where}: paper must be one of {', '.join(CLAIMS)}, got {self.paper!r}")
-        if self.paper == NO_EFFECT and not (self.margin and self.margin > 0 and self.why):
-            raise ValueError(f"{where}: a claim of no effect needs a positive margin and its reason (why)")
-        if self.paper != NO_EFFECT and self.margin is not None:
-            raise ValueError(f"{where}: a margin belongs to a claim of no effect")
-        if self.floor is not None and not self.why:
-            raise ValueError(f"{where}: a floor needs its reason (why)")
-        for name in ("detect", "floor"):
-            v = getattr(self, name)
-            if v is not None and not (isinstance(v, int | float) and v > 0):
-                raise ValueError(f"{where}: {name} must be a positive number, got {v!r}")
+        if not (isinstance(self.delta, int | float) and not isinstance(self.delta, bool) and self.delta > 0):
+            raise ValueError(f"{where}: delta, the claim's smallest effect of interest, must be a positive "
+                             f"number, got {self.delta!r}")
+        if not self.why:
+            raise ValueError(f"{where}: delta needs its reason (why)")
+        if self.scale not in SCALES:
+            raise ValueError(f"{where}: scale must be one of {', '.join(SCALES)}, got {self.scale!r}")
+        if self.test is not None and self.test not in TESTS:
+            raise ValueError(f"{where}: test must be one of {', '.join(TESTS)}, got {self.test!r}")
+        if self.floor is not None and not (isinstance(self.floor, int | float) and self.floor > 0):
+            raise ValueError(f"{where}: floor must be a positive number, got {self.floor!r}")
 
     def matches(self, factor: str, treatment, control) -> bool:
         return (self.factor == factor and self.treatment in (None, treatment)
                 and self.control in (None, control))
 
+    def on_scale(self, values: np.ndarray) -> np.ndarray:
+        """The values the tests read: the metric itself, or −log(1 − v) (module docstring)."""
+        if self.scale == "raw":
+            return values
+        if np.any(values >= 1):
+            raise ValueError(f"scale log_unexplained needs values below 1 (an R²); got {values.max()!r}")
+        return -np.log1p(-values)
+
+    def delta_text(self) -> str | None:
+        """δ as a reader takes it: ±0.02, or ×1.25 of the unexplained variance (None: no δ, as
+        in a claim built in code without a plan)."""
+        if self.delta is None:
+            return None
+        return f"±{self.delta:g}" if self.scale == "raw" else f"×{math.exp(self.delta):.3g} of 1 − R²"
+
 
 @dataclass(frozen=True)
 class Plan:
-    """A study's `verdicts:` block: the test its design calls for, level, power, claims."""
+    """A study's `verdicts:` block: the test its design calls for, level, power, claims, and the
+    unit of replication: what one value an arm is (None: a run's seed; `split_seed`: the mean
+    of the runs that share a split, where the split, not the run, carries the design)."""
 
     test: str = "welch"
     level: float = 0.95
     power: float = 0.8
     claims: tuple[Claim, ...] = ()
+    unit: str | None = None
+
+    def test_for(self, claim: Claim | None) -> str:
+        return claim.test if claim is not None and claim.test else self.test
 
     def claim_for(self, factor: str, treatment=None, control=None) -> Claim | None:
         return next((c for c in self.claims if c.matches(factor, treatment, control)), None)
@@ -112,7 +150,7 @@ def plan_of(block: dict | None, where: str = "verdicts") -> Plan:
         return Plan()
     if not isinstance(block, dict):
         raise ValueError(f"{where}: must be a mapping (test, level, power, claims)")
-    unknown = set(block) - {"test", "level", "power", "claims", "seeds"}
+    unknown = set(block) - {"test", "level", "power", "claims", "seeds", "unit"}
     if unknown:
         raise ValueError(f"{where}: unknown field {sorted(unknown)[0]!r}")
     test = block.get("test", "welch")
@@ -132,7 +170,10 @@ def plan_of(block: dict | None, where: str = "verdicts") -> Plan:
         claim = Claim(**{k: tuple(v) if isinstance(v, list) else v for k, v in c.items()})
         claim.validate(f"{where}.claims[{i}]")
         claims.append(claim)
-    return Plan(test=test, level=level, power=power, claims=tuple(claims))
+    unit = block.get("unit")
+    if unit not in UNITS:
+        raise ValueError(f"{where}: unit must be one of {', '.join(map(str, UNITS))}, got {unit!r}")
+    return Plan(test=test, level=level, power=power, claims=tuple(claims), unit=unit)
 
 
 # ----------------------------------------------------------------------------- one comparison
@@ -147,9 +188,9 @@ class Comparison:
     claim: Claim | None = None
     condition_fails: str | None = None  # why the claim's condition does not hold here
 
-    def arms(self, test: str) -> tuple[np.ndarray, np.ndarray]:
-        """The values the test reads: both arms in the order of their common seeds (paired), or
-        each arm's own values (Welch)."""
+    def raw_arms(self, test: str) -> tuple[np.ndarray, np.ndarray]:
+        """Both arms in the order of their common seeds (paired), or each arm's own values
+        (Welch), as measured."""
         if test == "paired":
             seeds = sorted(set(self.treatment) & set(self.control), key=str)
             return (np.array([self.treatment[s] for s in seeds], dtype=np.float64),
@@ -157,14 +198,21 @@ class Comparison:
         return (np.array(list(self.treatment.values()), dtype=np.float64),
                 np.array(list(self.control.values()), dtype=np.float64))
 
+    def arms(self, test: str) -> tuple[np.ndarray, np.ndarray]:
+        """The values the tests read: raw_arms on the claim's scale."""
+        a, b = self.raw_arms(test)
+        return (a, b) if self.claim is None else (self.claim.on_scale(a), self.claim.on_scale(b))
+
 
 @dataclass
 class Verdict:
     name: str
     test: str  # "paired t" or "Welch t"
     n: tuple[int, int]  # seeds in each arm that the test read (paired: the common seeds twice)
-    difference: float | None  # mean treatment − mean control (paired: mean of the differences)
+    difference: float | None  # mean treatment − mean control (paired: mean of the differences), on the scale
     paper: str | None = None
+    raw_difference: float | None = None  # the same, of the metric as measured
+    scale: str = "raw"
     outcome: str = NOT_TESTABLE
     agrees: str | None = None  # yes, NO, inconclusive, not testable; None without a claim
     df: float | None = None
@@ -173,8 +221,9 @@ class Verdict:
     ci: tuple[float, float] | None = None  # at the plan's level, uncorrected
     p: float | None = None
     p_holm: float | None = None
-    margin: float | None = None
-    why: str | None = None  # the margin's reason, or why not testable
+    margin: float | None = None  # the claim's δ, on its scale
+    margin_text: str | None = None  # δ as a reader takes it (Claim.delta_text)
+    why: str | None = None  # δ's reason, or why not testable
     p_equivalence: float | None = None
     p_equivalence_holm: float | None = None
     mde: float | None = None  # the effect detected with the plan's power at α/m, this se and df
@@ -295,8 +344,12 @@ def _measure(c: Comparison, test: str, plan: Plan) -> Verdict:
     claim = c.claim
     name = "paired t" if test == "paired" else "Welch t"
     v = Verdict(name=c.name, test=name, n=(len(a), len(b)), paper=claim.paper if claim else None,
-                difference=None, margin=claim.margin if claim else None, why=claim.why if claim else None)
+                difference=None, margin=claim.delta if claim else None, why=claim.why if claim else None,
+                margin_text=claim.delta_text() if claim else None, scale=claim.scale if claim else "raw")
     if len(a) and len(b):
+        raw_a, raw_b = c.raw_arms(test)
+        v.raw_difference = (float((raw_a - raw_b).mean()) if test == "paired"
+                            else float(raw_a.mean() - raw_b.mean()))
         v.difference = float((a - b).mean()) if test == "paired" else float(a.mean() - b.mean())
     if c.condition_fails:
         v.why = c.condition_fails
@@ -319,20 +372,26 @@ def _measure(c: Comparison, test: str, plan: Plan) -> Verdict:
 
 
 def _outcome(v: Verdict, alpha: float) -> None:
+    """The outcome from the two Holm-corrected tests, and the agreement (module docstring)."""
     if v.p is None:
         v.outcome = NOT_TESTABLE
-    elif v.p_equivalence_holm is not None and v.p_equivalence_holm < alpha:
-        v.outcome = EQUIVALENT
-    elif v.p_holm < alpha:
-        v.outcome = HELPS if v.difference > 0 else HURTS
     else:
-        v.outcome = INCONCLUSIVE
+        differs = v.p_holm < alpha
+        within = v.p_equivalence_holm is not None and v.p_equivalence_holm < alpha
+        if differs and within:
+            v.outcome = TRIVIAL
+        elif differs:
+            v.outcome = HELPS if v.difference > 0 else HURTS
+        elif within:
+            v.outcome = EQUIVALENT
+        else:
+            v.outcome = INCONCLUSIVE
     if v.paper is None:
         return
     if v.outcome in (NOT_TESTABLE, INCONCLUSIVE):
         v.agrees = v.outcome
     elif v.paper == NO_EFFECT:
-        v.agrees = "yes" if v.outcome == EQUIVALENT else "NO"
+        v.agrees = "yes" if v.outcome in (EQUIVALENT, TRIVIAL) else "NO"
     else:
         v.agrees = "yes" if v.outcome == v.paper else "NO"
 
@@ -340,7 +399,7 @@ def _outcome(v: Verdict, alpha: float) -> None:
 def judge(comparisons: Sequence[Comparison], plan: Plan) -> list[Verdict]:
     """The verdict of each comparison, Holm-corrected over the family (module docstring)."""
     alpha = 1 - plan.level
-    verdicts = [_measure(c, plan.test, plan) for c in comparisons]
+    verdicts = [_measure(c, plan.test_for(c.claim), plan) for c in comparisons]
     family = [(v, "p") for v in verdicts if v.p is not None]
     family += [(v, "p_equivalence") for v in verdicts if v.p_equivalence is not None]
     for (v, which), adjusted in zip(family, holm([getattr(v, w) for v, w in family]), strict=True):
@@ -378,11 +437,15 @@ def test_text(v: Verdict) -> str:
     """What the verdict rests on, in one cell: e.g. `paired t(1) = -11.2, p_Holm = 0.23; MDE 1.31`."""
     if v.p is None:
         return v.why
-    parts = [f"{v.test}({v.df:.3g}) = {v.t:.3g}, p_Holm = {_g(v.p_holm)}"]
+    on = "" if v.scale == "raw" else " of log(1 − R²)"
+    parts = [f"{v.test}({v.df:.3g}){on} = {v.t:.3g}, p_Holm = {_g(v.p_holm)}"]
+    if v.scale == "log_unexplained":
+        lo, hi = (math.exp(-x) for x in v.ci)
+        parts.append(f"1 − R² ratio {math.exp(-v.difference):.3g} [{hi:.3g}, {lo:.3g}]")
     if v.p_equivalence_holm is not None:
-        parts.append(f"TOST ±{v.margin:g}: p_Holm = {_g(v.p_equivalence_holm)}")
+        parts.append(f"TOST {v.margin_text}: p_Holm = {_g(v.p_equivalence_holm)}")
     if v.outcome == INCONCLUSIVE:
-        parts.append(f"MDE {v.mde:.3g}")
+        parts.append(f"MDE {v.mde:.3g}" if v.scale == "raw" else f"MDE ×{math.exp(v.mde):.3g} of 1 − R²")
     return "; ".join(parts)
 
 
@@ -390,18 +453,24 @@ def effect_text(v: Verdict) -> str:
     """The difference and the outcome: `-0.878 (inconclusive)`."""
     if v.difference is None:
         return f"— ({v.outcome})"
-    diff = 0.0 if abs(v.difference) < 5e-4 else v.difference  # printed to 3 decimals: no "-0.000"
+    raw = v.difference if v.raw_difference is None else v.raw_difference
+    diff = 0.0 if abs(raw) < 5e-4 else raw  # printed to 3 decimals: no "-0.000"
     return f"{diff:+.3f} ({v.outcome})"
 
 
 def rule_note(plan: Plan, family_size: int) -> str:
     """The note under a table that says how its verdicts were decided."""
-    test = ("paired t-test over the seeds both arms ran" if plan.test == "paired"
-            else "Welch's t-test (Welch–Satterthwaite df)")
+    unit = "seeds" if plan.unit is None else f"{plan.unit.replace('_', ' ')}s (the unit: one mean each)"
+    test = (f"paired t-test over the {unit} both arms ran" if plan.test == "paired"
+            else f"Welch's t-test over {unit} (Welch–Satterthwaite df)")
+    test += "".join(f"; for {c.factor}: {'paired' if c.test == 'paired' else 'Welch'}" for c in plan.claims
+                    if c.test and c.test != plan.test)
     pct = round(100 * plan.level)
     return (f"verdicts: {test}, two-sided at {pct}%, Holm-corrected over the study's {family_size} tests; "
-            f"a claim of no effect is 'equivalent' only when TOST puts the difference within its margin; "
-            f"'inconclusive' is neither (MDE: the effect detected with {round(100 * plan.power)}% power at "
+            f"each claim's one smallest effect δ serves both sides: 'helps'/'hurts' where the difference "
+            f"test rejects 0 and TOST does not put it within δ, 'trivial' where both reject, 'equivalent' "
+            f"where only TOST does, 'inconclusive' where neither does (MDE: the effect detected with "
+            f"{round(100 * plan.power)}% power at "
             f"this seed count, at α/m); one seed an arm is 'not testable'; 'agrees: yes' only "
             f"where the outcome is the paper's claim (verify/studies/verdicts.py)")
 
@@ -418,41 +487,49 @@ def seed_sd(c: Comparison, test: str) -> float | None:
 
 
 def power_rows(comparisons: Sequence[Comparison], plan: Plan, family: int) -> list[dict]:
-    """Per comparison whose claim states what the seeds must detect (`detect`) or establish
-    (`margin`), measured with ≥ 2 seeds an arm: its seed sd, and the seeds an arm needs for the
-    plan's power at level α/family (Bonferroni: the power holds after Holm's correction)."""
+    """Per comparison with a claim, measured with ≥ 2 seeds an arm: its seed sd (on the claim's
+    scale), and the seeds an arm needs for the plan's power at level α/family (Bonferroni: the
+    power holds after Holm's correction) to detect δ (a claim of an effect) or to establish
+    equivalence within δ at a true difference of 0 (a claim of no effect)."""
     alpha = (1 - plan.level) / max(family, 1)
     rows = []
     for c in comparisons:
-        claim, sd = c.claim, seed_sd(c, plan.test)
-        planned = claim is not None and (claim.detect is not None or claim.margin is not None)
-        if not planned or sd is None or c.condition_fails:
+        claim, test = c.claim, plan.test_for(c.claim)
+        sd = seed_sd(c, test)
+        if claim is None or claim.delta is None or sd is None or c.condition_fails:
             continue
-        if claim.margin is not None:
-            n = seeds_needed(plan.test, sd, alpha=alpha, power=plan.power, margin=claim.margin)
-            target = f"equivalence within ±{claim.margin:g}"
+        if claim.paper == NO_EFFECT:
+            n = seeds_needed(test, sd, alpha=alpha, power=plan.power, margin=claim.delta)
+            target = f"equivalence within {claim.delta_text()}"
         else:
-            n = seeds_needed(plan.test, sd, alpha=alpha, power=plan.power, effect=claim.detect)
-            target = f"an effect of {claim.detect:g}"
+            n = seeds_needed(test, sd, alpha=alpha, power=plan.power, effect=claim.delta)
+            target = f"an effect of {claim.delta_text().lstrip('±')}"
         rows.append(dict(name=c.name, sd=sd, target=target, seeds_needed=n,
                          seeds_run=min(len(c.treatment), len(c.control))))
     return rows
 
 
 def notes(plan: Plan, comparisons: Sequence[Comparison], judged: Sequence[Verdict]) -> list[str]:
-    """What a report prints under its verdicts: the rule, each claim's margin or floor and its
+    """What a report prints under its verdicts: the rule, each claim's δ (and floor) and its
     reason, and the seeds each claim needs for the plan's power."""
     family = family_size(judged)
     out = [rule_note(plan, family)]
-    out += [f"margin ±{c.margin:g} for {c.factor} {c.treatment}: {c.why}" for c in plan.claims if c.margin]
-    out += [f"floor {c.floor:g} for {c.factor}: tested only where an arm's mean reaches it; {c.why}"
-            for c in plan.claims if c.floor]
+    for c in plan.claims:
+        what = f"{c.factor}" + (f" {c.treatment}" if c.treatment is not None else "")
+        if c.delta is None:  # a claim built in code, without a plan's δ
+            if c.floor:
+                out.append(f"floor {c.floor:g} for {c.factor}: tested only where an arm's mean reaches it; "
+                           f"{c.why}")
+            continue
+        floor = f"; floor {c.floor:g}: tested only where an arm's mean reaches it" if c.floor else ""
+        out.append(f"δ {c.delta_text()} for {what} ({c.paper}){floor}: {c.why}")
     return out + power_lines(power_rows(comparisons, plan, family), plan, family)
 
 
 def power_lines(rows: list[dict], plan: Plan, family: int) -> list[str]:
     """The power rows as notes under a table."""
     pct = round(100 * plan.power)
-    return [f"seeds for {pct}% power at α = {1 - plan.level:.2g}/{family}: {r['name']}: seed sd "
-            f"{r['sd']:.3g} → {r['seeds_needed'] or f'more than {MAX_SEEDS}'} seeds an arm to show "
+    unit = "seed" if plan.unit is None else plan.unit.replace("_", " ")
+    return [f"{unit}s for {pct}% power at α = {1 - plan.level:.2g}/{family}: {r['name']}: {unit} sd "
+            f"{r['sd']:.3g} → {r['seeds_needed'] or f'more than {MAX_SEEDS}'} {unit}s an arm to show "
             f"{r['target']} (run: {r['seeds_run']})" for r in rows]
