@@ -27,7 +27,11 @@ What every CLI promises through it (tests/test_promises.py runs each as a user d
 - Output files are never half-written. Every file (network.pt, teacher.npz, report.json,
   sweep.csv/.json, checkpoints, effects.md/.csv, runs.csv, each figure's PNG/PDF/CSV/JSON) is
   written under a temporary name in its folder and renamed when complete. Ctrl-C at any moment
-  leaves complete files or none, and no temporary ones.
+  leaves complete files or none, and no temporary ones. Only a regular file (or a new name) is
+  replaced so: a FIFO, a device or a /dev/fd/N pipe is written in place, and a symlink stays a
+  link whose target is written (atomically when that is a regular file). `-` as a file flag's
+  value (export --csv, steps_to_fit --out) is stdout. A target that cannot be written (a full
+  device, a folder, no permission) is a usage error: one line naming it and why, exit 2.
 - Results are not overwritten by accident. --save DIR (bound, sgd) wants a new or empty
   folder, or --force. --out DIR (sweep, figures) is the tool's own folder and its files are
   replaced; paper_figures --quick has its own, paper_figures/preview/.
@@ -65,12 +69,14 @@ import math
 import os
 import secrets
 import signal
+import stat
 import sys
 import tempfile
 import threading
 import traceback
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import TextIO
 
 EXIT_OK, EXIT_VIOLATED, EXIT_USAGE, EXIT_INTERNAL, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 GIB = 2**30
@@ -81,6 +87,12 @@ MAX_SEED = 2**32 - 1
 
 class UsageError(Exception):
     """Bad input: reported on one line with exit code 2."""
+
+
+class UnwritableError(UsageError, OSError):
+    """An output that cannot be written (a full device, a folder, no permission): a usage
+    error, one line naming it and why, and still an OSError for the callers that can do
+    without their file (behaviour's replay cache)."""
 
 
 class Parser(argparse.ArgumentParser):
@@ -301,15 +313,68 @@ def prepare_out_dir(path: str | os.PathLike, flag: str, *, force: bool | None = 
     return out
 
 
+# A file flag's value that means stdout. Only this string: Path("-") and "./-" name a file.
+STDOUT = "-"
+
+
+def is_stdout(target) -> bool:
+    return isinstance(target, str) and target == STDOUT
+
+
+def unwritable(target, error: OSError) -> UnwritableError:
+    """The one-line error for an output that failed: its name and the system's reason."""
+    name = "stdout" if is_stdout(target) else repr(os.fspath(target))
+    return UnwritableError(f"cannot write {name}: {error.strerror or error}")
+
+
+def writes_through(final: str | os.PathLike) -> bool:
+    """Whether `final` must be written in place rather than replaced: it exists and is not
+    a regular file once symlinks are followed (a FIFO, a character device, /dev/fd/N of a
+    pipe, a folder). Renaming a file over it would put a plain file where a reader waits,
+    or remove a device node."""
+    try:
+        return not stat.S_ISREG(os.stat(final).st_mode)
+    except FileNotFoundError:  # a new name, or a link to one: created atomically
+        return False
+
+
+def replaced_name(final: Path) -> Path:
+    """The name an atomic write renames onto: a symlink's target, so the link stays a link
+    (a dangling one gets its target created); `final` itself otherwise."""
+    return Path(os.path.realpath(final)) if os.path.islink(final) else final
+
+
 @contextlib.contextmanager
 def atomic_path(final: str | os.PathLike) -> Iterator[Path]:
-    """Yield a temporary path beside `final`; rename it to `final` only when the block
-    finishes. An interrupted or failed write leaves no file under the final name (and no
-    temporary one either). The temporary name keeps the suffix, for writers that read it.
-    The file is fsynced before the rename and the folder after it, so a power cut or a
-    killed machine leaves the old file or the whole new one, never an empty one (a rename
-    alone can reach the disk before the data)."""
+    """Yield the path to write `final` through. For a regular file or a new name: a
+    temporary path beside it (beside a symlink's target), renamed to it only when the block
+    finishes, so an interrupted or failed write leaves the old file (and no temporary one).
+    For anything else (writes_through): `final` itself, written in place; a reader of a pipe
+    may then get part of the output, as from any program stopped while it writes.
+    An OSError of the block or the rename ends as UnwritableError (exit 2, one line)."""
+    if is_stdout(final):
+        raise UsageError("stdout ('-') cannot take this output: it is written by name (binary, or a "
+                         "folder's file); give a file name")
     final = Path(final)
+    try:
+        if writes_through(final):
+            yield final
+        else:
+            with _replacing(replaced_name(final)) as tmp:
+                yield tmp
+    except UnwritableError:
+        raise
+    except OSError as e:
+        raise unwritable(final, e) from None
+
+
+@contextlib.contextmanager
+def _replacing(final: Path) -> Iterator[Path]:
+    """A temporary path beside `final`, renamed to it when the block finishes. The
+    temporary name keeps the suffix, for writers that read it. The file is fsynced before
+    the rename and the folder after it, so a power cut or a killed machine leaves the old
+    file or the whole new one, never an empty one (a rename alone can reach the disk before
+    the data)."""
     # The name is chosen before the file exists, so a Ctrl-C at any point after this line
     # knows what to remove.
     tmp = final.parent / f".{final.stem}.{secrets.token_hex(6)}.partial{final.suffix}"
@@ -354,10 +419,62 @@ def to_json(value, indent: int | None = 2) -> str:
     return json.dumps(plain(value), indent=indent, allow_nan=False)
 
 
-def write_text_atomic(final: str | os.PathLike, text: str) -> Path:
-    with atomic_path(final) as tmp:
-        tmp.write_text(text)
+def write_text_atomic(final: str | os.PathLike, text: str) -> Path | str:
+    """`text` at `final` through atomic_path (replaced atomically, or written in place), or on
+    stdout for STDOUT; returns `final` (a Path, or STDOUT)."""
+    if is_stdout(final):
+        write_stdout(text)
+        return final
+    with atomic_path(final) as path:
+        path.write_text(text)
     return Path(final)
+
+
+def write_stdout(text: str) -> None:
+    """`text` on stdout, for a file flag's `-`. A closed pipe is what it is to emit (the rest
+    is dropped, the work goes on); any other failure (stdout on a full device) is
+    UnwritableError."""
+    try:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        _silence_stdout()
+    except OSError as e:
+        _silence_stdout()  # the unwritten rest would fail again in the interpreter's final flush
+        raise unwritable(STDOUT, e) from None
+
+
+class LineLog:
+    """Lines appended to a file flag's target as they come (`-`: stdout), for a log that
+    must survive a crash midway and so cannot wait for an atomic rename. Opened once, here
+    (before the work, so an unwritable target is refused first): a FIFO's reader then gets
+    every line, not only those before the first close. Appended: a regular file keeps what
+    earlier runs wrote."""
+
+    def __init__(self, target: str | os.PathLike):
+        self.target = target
+        try:
+            self._stream: TextIO = sys.stdout if is_stdout(target) else open(target, "a")
+        except OSError as e:
+            raise unwritable(target, e) from None
+
+    def write(self, line: str) -> None:
+        if is_stdout(self.target):
+            write_stdout(line + "\n")
+            return
+        try:
+            self._stream.write(line + "\n")
+            self._stream.flush()
+        except OSError as e:
+            raise unwritable(self.target, e) from None
+
+    def close(self) -> None:
+        if is_stdout(self.target):
+            return
+        try:
+            self._stream.close()
+        except OSError as e:
+            raise unwritable(self.target, e) from None
 
 
 # --- stdout, threads, progress -------------------------------------------------------------
@@ -466,7 +583,8 @@ def main_of(prog: str, parse: Callable[[list[str]], object], work: Callable[[obj
             raise KeyboardInterrupt
         return code
     except UsageError as e:
-        _stderr(f"{prog}: error: {e} (see --help)")
+        # --help cannot help with a full disk or a closed FIFO.
+        _stderr(f"{prog}: error: {e}" + ("" if isinstance(e, UnwritableError) else " (see --help)"))
         return EXIT_USAGE
     except KeyboardInterrupt:
         # Once interrupted, the process only winds down: a SIGINT tripped again before it

@@ -495,7 +495,7 @@ def write_table(table: dict, out: Path) -> None:
     cli.write_text_atomic(out / "effects.csv", csv_text(list(RUN_COLUMNS), table["runs"]))
 
 
-def export_csv(out: Path, path: Path) -> int:
+def export_csv(out: Path, path: Path | str) -> int:
     """Every run, one line per (run, layer): its configuration, status, error, success and the
     layer's held-out decodability."""
     def lines_of(r: dict) -> list[dict]:

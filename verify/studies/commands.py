@@ -213,7 +213,9 @@ def build_parser() -> cli.Parser:
     cli.add_json(rep, "the table")
     ex = sub.add_parser("export", help="write every run as CSV")
     common(ex)
-    ex.add_argument("--csv", metavar="FILE", help="where to write (default DIR/runs.csv)")
+    ex.add_argument("--csv", metavar="FILE",
+                    help="where to write: a file, a FIFO or a device (written in place), or - for stdout "
+                         "(default DIR/runs.csv)")
     sub.add_parser("list", help="the studies, their runs per scale, and what the stores hold")
     b = sub.add_parser("budget", help="what regenerating a scale costs: core and wall time per study, in "
                                       "all and left, from the stored run times")
@@ -363,9 +365,14 @@ def work(args) -> int:
         report.write_table(table, args.out)
         cli.emit(cli.to_json(table) if args.json else report.format_markdown(table))
         return cli.EXIT_OK
-    path = Path(args.csv) if args.csv else args.out / "runs.csv"
+    # The flag's own string: `-` is stdout, where the count would spoil the CSV (it goes to
+    # stderr then), while `./-` is a file of that name.
+    path = args.csv if args.csv else args.out / "runs.csv"
     n = report.export_csv(args.store, path)
-    cli.emit(f"{n} runs written to {path}")
+    if cli.is_stdout(path):
+        print(f"{n} runs written to stdout", file=sys.stderr)
+    else:
+        cli.emit(f"{n} runs written to {path}")
     return cli.EXIT_OK
 
 

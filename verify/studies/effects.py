@@ -238,9 +238,10 @@ def export_line(run: dict, config_keys: list[str]) -> dict:
                 code_fingerprint=run["code_fingerprint"])
 
 
-def export_runs(out: Path, path: Path, lines_of) -> int:
+def export_runs(out: Path, path: Path | str, lines_of) -> int:
     """Every stored run of the store in `out` as CSV lines at `path`: export_line's columns, then
-    each dict of `lines_of(run)` (one line each); the number of runs."""
+    each dict of `lines_of(run)` (one line each); the number of runs. `path` is as
+    cli.write_text_atomic takes it: the string `-` is stdout."""
     with RunStore(out / "study.sqlite", readonly=True) as store:
         runs = store.rows()
     config_keys = sorted({k for r in runs for k in r["config"]})
@@ -432,6 +433,6 @@ def write_table(table: dict, out: Path) -> None:
     cli.write_text_atomic(out / "effects.csv", csv_text(table["columns"], table["rows"]))
 
 
-def export_csv(out: Path, path: Path) -> int:
+def export_csv(out: Path, path: Path | str) -> int:
     """Every run, one line per (run, network): its configuration, status, error and metrics."""
     return export_runs(out, path, lambda r: student_rows(r["report"]) if r["report"] else [{}])

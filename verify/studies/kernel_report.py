@@ -254,7 +254,7 @@ def write_table(table: dict, out: Path) -> None:
     cli.write_text_atomic(out / "effects.csv", csv_text(list(RUN_COLUMNS), table["runs"]))
 
 
-def export_csv(out: Path, path: Path) -> int:
+def export_csv(out: Path, path: Path | str) -> int:
     """Every run, one line: its configuration, status, error, time and held-out numbers."""
     def lines_of(r: dict) -> list[dict]:
         row = run_row(r) if r["status"] == "done" else {}

@@ -127,7 +127,8 @@ def build_parser() -> cli.Parser:
                    help="stop once the rule held at this many evaluations in a row (default 2)")
     p.add_argument("--only", nargs="+", metavar="K=V", default=[],
                    help="only the grid points whose parameters match, e.g. encoding=fewshot width=128")
-    p.add_argument("--out", help="also write the JSON lines here, one a grid point as it finishes")
+    p.add_argument("--out", metavar="FILE", help="also append the JSON lines here, one a grid point as it "
+                   "finishes (a file, a FIFO or a device, written in place; - for stdout)")
     cli.add_json(p)
     return p
 
@@ -155,16 +156,20 @@ def work(ns: argparse.Namespace) -> int:
         raise UsageError(f"no grid point of {ns.study} ({ns.scale}) matches --only {' '.join(ns.only)}")
     if ns.every > ns.max_steps:
         raise UsageError("--every must be at most --max-steps")
+    log = cli.LineLog(ns.out) if ns.out else None  # an unwritable --out is refused before the work
     results = []
-    for i, params in enumerate(points, 1):
-        print(f"[{i}/{len(points)}] {params}", file=sys.stderr, flush=True)
-        result = measure(params, ns.max_steps, ns.every, ns.tasks, ns.hold)
-        result |= dict(study=ns.study, scale=ns.scale, seed=ns.seed, max_steps=ns.max_steps, every=ns.every,
-                       tasks=ns.tasks, hold=ns.hold)
-        results.append(result)
-        if ns.out:
-            with open(ns.out, "a") as f:
-                f.write(json.dumps(result) + "\n")
+    try:
+        for i, params in enumerate(points, 1):
+            print(f"[{i}/{len(points)}] {params}", file=sys.stderr, flush=True)
+            result = measure(params, ns.max_steps, ns.every, ns.tasks, ns.hold)
+            result |= dict(study=ns.study, scale=ns.scale, seed=ns.seed, max_steps=ns.max_steps,
+                           every=ns.every, tasks=ns.tasks, hold=ns.hold)
+            results.append(result)
+            if log:
+                log.write(json.dumps(result))
+    finally:
+        if log:
+            log.close()
     if ns.json:
         cli.emit(cli.to_json(results))
     else:
