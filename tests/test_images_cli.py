@@ -62,6 +62,7 @@ def test_analysing_the_trained_folder_reproduces_trains_own_analysis(trained):
     report = json.loads(done.stdout)
     path = work / "out" / "images-analyse" / "train-pipeline-scene1" / "results.json"
     assert report["results_file"] == str(Path("out/images-analyse/train-pipeline-scene1/results.json"))
+    assert report["split"]["source"] == "pipeline"  # the split train recorded, not one drawn again
     ours, theirs = results.read(path), results.read(trained / "results.json")
     assert ours["program"] == "verify.images analyse" and theirs["program"] == "verify.images.train"
     # The same prompts with the same seeds: the same images, hence the same verdicts and probes.

@@ -32,8 +32,14 @@ ANALYSE = """Analyse a text-to-image pipeline on a prompt family (verify.images.
 
 MODEL is a folder written by save_pretrained (the pipeline/ folder that `python -m verify.images
 train` writes, say) or a hub id ("owner/name") already in the local Hugging Face cache: nothing is
-downloaded. The family's prompts are split by prompt, ceil(--test-fraction·n) held out at random
-by the anchor's rule, with the coverage report (does every constituent occur in training?). Up to
+downloaded. The family's prompts are split into training and held-out ones: by default the split
+a pipeline of `train` records it was trained on (MODEL/split.json), so that no prompt it was
+trained on is scored as held out; for any other pipeline the family's own, ceil(0.3·n) held out at
+random by the anchor's rule. --test-fraction / --split-seed ask for the family's split at that share
+and seed instead, refused where it holds out a prompt the pipeline was trained on unless
+--allow-train-overlap; a pipeline of an older `train`, which records no split, needs both. The
+report says which split was used, where it came from and what it holds out, with the coverage
+report (does every constituent occur in training?). Up to
 --prompts training and --prompts held-out prompts get --n-seeds images each, with the anchor's seeds
 (prompt i's k-th image: --seed + i·n_seeds + k, i its index in the whole family), the pooled
 activations of the --layers at the --fractions of the denoising steps and the text encoders'
@@ -67,13 +73,19 @@ def build_parser() -> cli.Parser:
                    help="the prompt family: one of the anchor's 31 setups "
                         "(constructions.tasks.image_setups), or scene1 / scene2, the rendered family with 1 "
                         "or 2 objects")
-    a.add_argument("--test-fraction", type=cli.open_fraction, default=0.3,
-                   help="share of the family's prompts held out, in (0, 1): ceil(share · n) of them, at "
-                        "random (the anchor's rule) (default 0.3)")
+    a.add_argument("--test-fraction", type=cli.open_fraction,
+                   help="ask for the family's split holding out this share of its prompts, in (0, 1): "
+                        "ceil(share · n) of them, at random (the anchor's rule) (default: the split the "
+                        "pipeline records it was trained on; else 0.3)")
     a.add_argument("--split-seed", type=cli.seed,
-                   help="seed of the split and of the analysed prompts' subsets (default: the family's own, "
-                        "42 for the anchor's setups as the anchor drew them, 0 for scene1 / scene2 as "
-                        "verify.images.train draws them)")
+                   help="ask for the family's split drawn with this seed, which also draws the analysed "
+                        "prompts' subsets (default: the split the pipeline records it was trained on; else "
+                        "the family's own, 42 for the anchor's setups as the anchor drew them, 0 for "
+                        "scene1 / scene2 as verify.images.train draws them)")
+    a.add_argument("--allow-train-overlap", action="store_true",
+                   help="run a split asked for by --test-fraction / --split-seed even where it holds out "
+                        "prompts the pipeline records it was trained on (refused otherwise): they are then "
+                        "scored as held out, and the report says so")
     a.add_argument("--prompts", type=non_negative_int, default=0,
                    help="training and held-out prompts analysed, each side, drawn at random where a side has "
                         "more; 0: all (default 0, as the anchor)")
@@ -138,7 +150,8 @@ def parse_args(argv):
         args.request = analyse.Request(
             model=args.model, setup=args.setup, judge=args.judge, clip_model=args.clip_model,
             llm_model=args.llm_model, llm_per_slot=args.llm_per_slot, test_fraction=args.test_fraction,
-            split_seed=args.split_seed, prompts=args.prompts, settings=settings, out=args.out,
+            split_seed=args.split_seed, allow_train_overlap=args.allow_train_overlap, prompts=args.prompts,
+            settings=settings, out=args.out,
             device=args.device, threads=args.threads,
             progress=False if args.no_progress else None).checked()
     elif args.command == "report":

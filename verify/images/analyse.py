@@ -6,8 +6,12 @@ An analysis asks of any diffusers text-to-image pipeline what the paper asks (th
 
 1. `family`: the prompts, one of the anchor's 31 setups (`image_setups.SETUPS`) or the rendered
    family with one or two objects (`scene1`, `scene2`: `images.Scene`);
-2. `split`: the family's own split by prompt, ceil(0.3·n) prompts held out at random by the
-   anchor's rule, with the coverage report (does every constituent occur in training?);
+2. `choose_split`: the prompts held out. By default the ones a pipeline of verify.images.train
+   was not trained on (the split it records, verify.images.split_record); for any other pipeline
+   the family's own split (`split`: ceil(0.3·n) prompts held out at random by the anchor's rule).
+   A split asked for by share and seed is refused where it holds out a prompt the pipeline was
+   trained on, unless explicitly allowed (issue 44). Each with its coverage report (does every
+   constituent occur in training?);
 3. `subset`: up to N training and N held-out prompts, drawn at random (0: all of them);
 4. `generate`: n_seeds images per prompt with the anchor's seeds (`pipeline.seeds_for`, the seeds
    each prompt has in its whole family), the pooled activations of the chosen layers and of the
@@ -50,6 +54,7 @@ SCENE_SPLIT_SEED = 0  # images.split's default seed, and verify.images.train's -
 DEFAULT_OUT = Path("out") / "images-analyse"  # relative to the working folder
 DEFAULT_STEPS = 30  # the anchor's denoising steps for every model (models.py)
 DEFAULT_BATCH = 8
+DEFAULT_TEST_FRACTION = 0.3  # the anchor's share, where a split is drawn rather than read
 
 
 # --- the family and its split ------------------------------------------------------------------
@@ -92,6 +97,139 @@ def split(fam, test_fraction: float = 0.3, seed: int | None = None) -> image_set
         return image_setups.split(fam, test_fraction, seed)
     except ValueError as e:
         raise UsageError(f"{family_name(fam)}: {e}") from None
+
+
+# --- which split: the one the pipeline was trained on, or one asked for ---------------------------
+
+def n_prompts(fam) -> int:
+    return len(scenes.combinations(fam)) if is_scene(fam) else fam.n_prompts
+
+
+def unit(fam) -> str:
+    """What a family's prompt rows are called in a report."""
+    return "combinations" if is_scene(fam) else "prompts"
+
+
+def split_holding_out(fam, test, **params) -> image_setups.PromptSplit:
+    """The family's split that holds out prompt rows `test`, with its coverage report."""
+    if is_scene(fam):
+        present, names = scenes.constituents(fam)
+    else:
+        present, names = image_setups.labels(fam), fam.constituents
+    return image_setups.split_by_test(present, names, test, **params)
+
+
+@dataclass(frozen=True, eq=False)  # eq=False: field-wise == on arrays has no truth value
+class ChosenSplit:
+    """The split an analysis holds out by and where it came from. `source` is "pipeline" (the
+    split the pipeline records it was trained on), "flags" (--test-fraction / --split-seed) or
+    "family" (the family's own, for a pipeline that records no training split); `trained` the
+    prompt rows the pipeline was trained on where it records them (None: not recorded)."""
+
+    split: image_setups.PromptSplit
+    source: str
+    origin: str  # for people: the record's file, the flags, or the family's rule
+    trained: np.ndarray | None = None
+    unit: str = "prompts"  # what the family's prompt rows are called: "combinations" for a scene
+
+    @property
+    def seed(self) -> int:
+        return int(self.split.params["seed"])
+
+    @property
+    def overlap(self) -> np.ndarray | None:
+        """The held-out prompt rows the pipeline was trained on (None: not recorded)."""
+        return None if self.trained is None else np.intersect1d(self.split.test, self.trained)
+
+    def summary(self) -> dict:
+        """The split's summary (counts, coverage) with where it came from and what it holds out."""
+        overlap = self.overlap
+        return {**self.split.summary(), "source": self.source, "origin": self.origin, "unit": self.unit,
+                "held_out": [int(r) for r in self.split.test], "trained_recorded": self.trained is not None,
+                "held_out_trained_on": None if overlap is None else [int(r) for r in overlap]}
+
+
+def _rows_text(rows, limit: int = 12) -> str:
+    rows = [int(r) for r in rows]
+    return ", ".join(map(str, rows[:limit])) + (f", … ({len(rows)} in all)" if len(rows) > limit else "")
+
+
+def choose_split(model, fam, test_fraction: float | None = None, split_seed: int | None = None,
+                 allow_overlap: bool = False) -> ChosenSplit:
+    """The split `analyse` holds out by. With no split flag, the one the pipeline records it was
+    trained on (verify.images.split_record), or the family's own for a pipeline of another
+    program. A split asked for by --test-fraction / --split-seed is refused where it holds out
+    prompts the pipeline was trained on, unless `allow_overlap`: scoring them as held out would
+    report memory as composition. A pipeline of verify.images.train saved before splits were
+    recorded needs both flags. Every refusal is a UsageError (one line); nothing is loaded."""
+    from verify.images import split_record
+
+    recorded = split_record.read(model)
+    asked = test_fraction is not None or split_seed is not None
+    if allow_overlap and not asked:
+        raise UsageError("--allow-train-overlap is read only with a split asked for by --test-fraction or "
+                         "--split-seed")
+    if recorded is not None:
+        _check_recorded_family(recorded, fam)
+        if not asked:
+            return _recorded_split(fam, recorded)
+    elif split_record.trained_here(model) and (test_fraction is None or split_seed is None):
+        raise UsageError(f"{model} records no training split (no {split_record.FILE}: saved by an older "
+                         "verify.images.train): give both --test-fraction and --split-seed, its training's "
+                         "(its results.json's split.report.params)")
+    chosen = _asked_split(fam, test_fraction, split_seed, asked, recorded)
+    overlap = chosen.overlap
+    if overlap is not None and overlap.size and not allow_overlap:
+        raise UsageError(f"{chosen.origin} holds out {overlap.size} prompt(s) that {model} was trained on "
+                         f"({_rows_text(overlap)}): leave out --test-fraction and --split-seed to hold out "
+                         "what its training held out, or pass --allow-train-overlap")
+    return chosen
+
+
+def _check_recorded_family(recorded, fam) -> None:
+    """The record must be of the family analysed: its rows index that family's prompts only."""
+    if recorded.family != family_name(fam):
+        raise UsageError(f"{recorded.path} records training on {recorded.family}, not --setup "
+                         f"{family_name(fam)}: analyse it with --setup {recorded.family}")
+    if recorded.n != n_prompts(fam):
+        raise UsageError(f"{recorded.path} records {recorded.n} prompts of {recorded.family}, which has "
+                         f"{n_prompts(fam)}: it is not a split of this family")
+
+
+def _recorded_split(fam, recorded) -> ChosenSplit:
+    the_split = split_holding_out(fam, recorded.test, family=family_name(fam),
+                                  test_fraction=recorded.test.size / recorded.n, seed=recorded.seed,
+                                  source="pipeline")
+    return ChosenSplit(the_split, "pipeline", f"the split it was trained on ({recorded.path})",
+                       trained=recorded.train, unit=unit(fam))
+
+
+def _asked_split(fam, test_fraction, split_seed, asked: bool, recorded) -> ChosenSplit:
+    """The family's split by the anchor's rule at this share and seed (defaults: 0.3, the
+    family's own seed), checked against the training split where one is recorded."""
+    fraction = DEFAULT_TEST_FRACTION if test_fraction is None else test_fraction
+    seed = default_split_seed(fam) if split_seed is None else split_seed
+    the_split = split(fam, fraction, seed)  # UsageError where a side would be empty
+    if asked:
+        origin = f"asked for by --test-fraction {fraction:g} --split-seed {seed}"
+    else:
+        origin = f"the family's own ({fraction:g} held out at random, seed {seed})"
+    return ChosenSplit(the_split, "flags" if asked else "family", origin,
+                       trained=None if recorded is None else recorded.train, unit=unit(fam))
+
+
+def split_line(s: dict) -> str:
+    """The report's line on the split: where it came from, which prompts it holds out, and
+    whether the pipeline was trained on any of them."""
+    text = (f"split    {s['origin']}: {len(s['held_out'])} of {s['n']} {s['unit']} held out "
+            f"({_rows_text(s['held_out'], 64)})")
+    overlap = s["held_out_trained_on"]
+    if overlap is None:
+        return text + "; the pipeline records no training split to check them against"
+    if overlap:
+        return text + (f"; OVERLAPS TRAINING: {len(overlap)} of them were trained on "
+                       f"({_rows_text(overlap)}), scored as held out by --allow-train-overlap")
+    return text + "; none of them trained on"
 
 
 def subset(rows, k: int, seed: int, side: int) -> np.ndarray:
@@ -305,14 +443,18 @@ class Request:
     clip_model: str | None = None
     llm_model: str | None = None
     llm_per_slot: bool = False
-    test_fraction: float = 0.3
-    split_seed: int | None = None  # None: the family's own (default_split_seed)
+    # The split: None for both reads the one the pipeline was trained on (choose_split);
+    # either given asks for the family's split at that share and seed instead.
+    test_fraction: float | None = None  # None: DEFAULT_TEST_FRACTION where a split is drawn
+    split_seed: int | None = None  # None: the family's own (default_split_seed) where one is drawn
+    allow_train_overlap: bool = False  # score trained-on prompts as held out, where the flags ask so
     prompts: int = 0  # per side; 0: all
     settings: Settings = Settings()
     out: str | None = None  # None: DEFAULT_OUT / short_name
     device: str = "cpu"
     threads: int | None = None
     progress: bool | None = None  # None: bars where stderr is a terminal
+    chosen: ChosenSplit | None = field(default=None, compare=False, repr=False)  # set by checked()
 
     def checked(self) -> Request:
         """This request with its defaults resolved; UsageError (one line) for bad input, before
@@ -347,22 +489,28 @@ class Request:
             except re.error as e:
                 raise UsageError(f"--layers {pattern!r} is not a regular expression: {e}") from None
         steps_for(s.fractions, s.steps)  # UsageError for fractions outside [0, 1]
-        seed = default_split_seed(fam) if self.split_seed is None else self.split_seed
-        split(fam, self.test_fraction, seed)  # UsageError where a side would be empty
+        chosen = choose_split(self.model, fam, self.test_fraction, self.split_seed, self.allow_train_overlap)
         check_device(self.device)
         out = self.out if self.out is not None else str(DEFAULT_OUT / short_name(self.model, self.setup))
         cli.check_out_dir(out, "--out")  # nothing is created while checking
         settings = dataclasses.replace(s, layers=tuple(s.layers),
                                        fractions=tuple(float(f) for f in s.fractions))
-        return dataclasses.replace(self, split_seed=seed, out=out, settings=settings)
+        return dataclasses.replace(self, out=out, settings=settings, chosen=chosen)
 
     def config(self) -> dict:
-        """The settings that make the results (not where they go, nor threads or bars)."""
+        """The settings that make the results (not where they go, nor threads or bars): the split
+        as it was chosen (`checked()`), its share and seed whichever source gave them."""
         s = dataclasses.asdict(self.settings)
+        chosen = self.chosen
         return cli.plain({"model": self.model, "setup": self.setup, "judge": self.judge,
                           "clip_model": self.clip_model, "llm_model": self.llm_model,
-                          "llm_per_slot": self.llm_per_slot, "test_fraction": self.test_fraction,
-                          "split_seed": self.split_seed, "prompts": self.prompts, **s, "device": self.device})
+                          "llm_per_slot": self.llm_per_slot,
+                          "split_from": None if chosen is None else chosen.source,
+                          "test_fraction": self.test_fraction if chosen is None else
+                          chosen.split.summary()["test_fraction"],
+                          "split_seed": self.split_seed if chosen is None else chosen.seed,
+                          "allow_train_overlap": self.allow_train_overlap, "prompts": self.prompts, **s,
+                          "device": self.device})
 
 
 def short_name(model: str, setup: str) -> str:
@@ -412,7 +560,11 @@ def _run(request: Request) -> dict:
     threads = cli.set_threads(request.threads, cli.default_threads(True))
     s = request.settings
     fam = family(request.setup)
-    the_split = split(fam, request.test_fraction, request.split_seed)
+    if request.chosen is None:  # a Request that skipped checked(): its config() records the split too
+        request = dataclasses.replace(request, chosen=choose_split(
+            request.model, fam, request.test_fraction, request.split_seed, request.allow_train_overlap))
+    chosen = request.chosen
+    the_split = chosen.split
     t = time.perf_counter()
     judge = make_judge(request, request.device)
     seconds["judge_load"] = time.perf_counter() - t
@@ -421,13 +573,17 @@ def _run(request: Request) -> dict:
     seconds["load"] = time.perf_counter() - t
     check_layers(pipe, s)
     out = cli.prepare_out_dir(request.out, "--out", force=None)
-    seen = subset(the_split.train, request.prompts, request.split_seed, 0)
-    unseen = subset(the_split.test, request.prompts, request.split_seed, 1)
+    # The subsets' seed is the split's, as verify.images.train draws its --eval-prompts.
+    seen = subset(the_split.train, request.prompts, chosen.seed, 0)
+    unseen = subset(the_split.test, request.prompts, chosen.seed, 1)
     a = analyse(pipe, fam, seen, unseen, judge, s, progress=request.progress)
     seconds.update(a.seconds)
     config = request.config()
+    summary = chosen.summary()
     rec = record(a, model=request.model, pipe=pipe, split=the_split,
-                 extra={"program": PROGRAM, "config": config})
+                 extra={"program": PROGRAM, "config": config,
+                        "split_choice": {k: summary[k] for k in ("source", "origin", "held_out",
+                                                                 "trained_recorded", "held_out_trained_on")}})
     seconds["total"] = time.perf_counter() - start
     path = results.write(Path(out) / "results.json", {**rec, "seconds": seconds})
     scores = decodability(a.probe)
@@ -437,7 +593,7 @@ def _run(request: Request) -> dict:
         "program": PROGRAM,
         "config": config,
         "family": results.family_summary(fam),
-        "split": the_split.summary(),
+        "split": summary,
         "model": rec["model"],
         "analysis": {"train_prompts": seen, "test_prompts": unseen, "n_seeds": s.n_seeds, "steps": s.steps,
                      "steps_run": g.n_steps, "guidance": g.guidance, "cfg": g.cfg, "rows_recorded": a.rows,
@@ -467,6 +623,7 @@ def format_report(r: dict) -> str:
         f"family   {what}: {s['n_train']} training prompts, {s['n_test']} held out (split seed "
         f"{r['config']['split_seed']}); every constituent in training: "
         f"{'yes' if s['covers_all_constituents'] else 'no, missing ' + ', '.join(s['missing_constituents'])}",
+        split_line(s),
         f"analysis {len(a['train_prompts'])} training + {len(a['test_prompts'])} held-out prompts × "
         f"{a['n_seeds']} seeds, {a['steps']} steps, guidance {a['guidance']}"
         f"{' (CFG, ' + a['rows_recorded'] + ' rows recorded)' if a['cfg'] else ''}",

@@ -7,7 +7,8 @@ analysed as a real model would be:
 
 1. train on the training combinations' renders and prompts (DDPM noise, epsilon MSE, AdamW,
    the prompt dropped to "" with probability --p-uncond for classifier-free guidance);
-2. save the pipeline with save_pretrained into OUT/pipeline;
+2. save the pipeline with save_pretrained into OUT/pipeline, with the split it was trained on
+   (OUT/pipeline/split.json, which `analyse` reads: verify.images.split_record);
 3. load that folder with verify.images.pipeline.load, as SD would be loaded;
 4. generate --n-seeds images for up to --eval-prompts training and --eval-prompts held-out
    prompts (the anchor's seeds), recording pooled activations of the --layers at the
@@ -164,14 +165,17 @@ def _split(scene, n_train: int, seed: int):
                          seed=seed)
 
 
-def _save_atomically(pipe, folder: Path) -> None:
-    """save_pretrained into a temporary folder beside `folder`, then put it in `folder`'s place:
-    a crash leaves the old pipeline or the new one."""
-    from verify.images import denoiser
+def _save_atomically(pipe, folder: Path, scene, split) -> None:
+    """save_pretrained into a temporary folder beside `folder`, with the split it was trained on
+    (verify.images.split_record: what `analyse` holds out by default), then put it in `folder`'s
+    place: a crash leaves the old pipeline or the new one, never weights beside another split."""
+    from verify.images import denoiser, split_record
+    from verify.images.analyse import family_name
 
     tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", suffix=".partial", dir=folder.parent))
     try:
         denoiser.save(pipe, tmp)
+        split_record.write(tmp, family_name(scene), split)
         if folder.exists():
             old = folder.parent / f".{folder.name}.old"
             shutil.rmtree(old, ignore_errors=True)
@@ -260,7 +264,7 @@ def _run(args) -> dict:
     training = timed("train", _train, args, pipe, scene, combos, split.train, progress, tracker)
     seconds["per_step"] = seconds["train"] / args.steps
     folder = out / "pipeline"
-    timed("save", _save_atomically, pipe.to("cpu"), folder)
+    timed("save", _save_atomically, pipe.to("cpu"), folder, scene, split)
     del pipe
     # The analysis: the saved folder, read back as any pipeline would be, analysed as
     # `python -m verify.images analyse` analyses one (the same code).
@@ -352,7 +356,7 @@ def behaviour(args) -> dict[str, list[float]]:
         training = _train(short, pipe, scene, scenes.combinations(scene), split.train, False)
         out["losses"] = [p["loss"] for p in training["loss_curve"]]  # one step a window
         folder = Path(tmp) / "pipeline"
-        _save_atomically(pipe.to("cpu"), folder)
+        _save_atomically(pipe.to("cpu"), folder, scene, split)
         loaded = pipeline.load(folder, "cpu")
         settings = analyse.Settings(n_seeds=1, steps=BEHAVIOUR_SAMPLE_STEPS, guidance=args.guidance,
                                     layers=tuple(args.layers), fractions=tuple(args.fractions),
