@@ -93,7 +93,9 @@ def run_study(name: str, scale: str, out: Path, *, engine: str = "ray", address:
     current = provenance.code_fingerprint(program)
     stored: dict[str, dict] = {}
     if (out / "study.sqlite").is_file():
-        with RunStore(out / "study.sqlite", readonly=True) as store:
+        # Opened for writing (this driver holds the folder): a write left half-done by a killed
+        # driver is rolled back here, where a read-only open could not read past it.
+        with RunStore(out / "study.sqlite") as store:
             stored = {r["key"]: r for r in store.rows()}
     status = {k: r["status"] for k, r in stored.items()}
     # A run made by other code is stale unless its behaviour record replays the same now (a
@@ -355,16 +357,20 @@ def work(args) -> int:
                  f"{replayed['already']} current already; {len(replayed['differ'])} differ"
                  + "".join(f"\n  {key[:12]}: {why}" for key, why in replayed["differ"].items()))
         return cli.EXIT_OK
+    from verify.studies.store import reading
+
     report = PROGRAMS[program].report_module()
     if args.command == "report":
         name, runs = expand(args.study, args.scale)
-        table = report.effects_table(name, args.scale, args.store, keys={r.key for r in runs},
-                                     fingerprint=provenance.code_fingerprint(program))
+        with reading(args.store / "study.sqlite"):  # a report of another format: one line naming the store
+            table = report.effects_table(name, args.scale, args.store, keys={r.key for r in runs},
+                                         fingerprint=provenance.code_fingerprint(program))
         report.write_table(table, args.out)
         cli.emit(cli.to_json(table) if args.json else report.format_markdown(table))
         return cli.EXIT_OK
     path = Path(args.csv) if args.csv else args.out / "runs.csv"
-    n = report.export_csv(args.store, path)
+    with reading(args.store / "study.sqlite"):
+        n = report.export_csv(args.store, path)
     cli.emit(f"{n} runs written to {path}")
     return cli.EXIT_OK
 
