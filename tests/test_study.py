@@ -731,3 +731,69 @@ def test_a_write_left_half_done_by_a_killed_driver_is_named_by_readers_and_rolle
     assert not (db.parent / "study.sqlite-journal").exists()
     with RunStore(db, readonly=True) as store:
         assert len(store.rows()) == 2
+
+
+# ----------------------------------------------------------------------------- one driver a folder
+
+HOLDER = """import sys, time
+from pathlib import Path
+from verify.studies.folder_lock import holding
+with holding(Path(sys.argv[1]), "python -m verify.study run the-first-driver"):
+    print("held", flush=True)
+    time.sleep(600)
+"""
+
+
+def test_a_second_driver_refuses_a_held_folder_and_a_killed_holder_frees_it(tmp_path):
+    """Another process holds the study folder: `run` refuses in one line naming it (exit 2,
+    nothing stored); `run --wait` waits; SIGKILL to the holder frees the folder (the kernel
+    drops its flock), and the waiting driver runs every run once."""
+    out = tmp_path / "out"
+    out.mkdir()
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(out)], stdout=subprocess.PIPE, text=True,
+                              env={**os.environ, "PYTHONPATH": str(ROOT)})
+    waiting = None
+    try:
+        assert holder.stdout.readline() == "held\n"
+        refused = verify_study([*RUN_SMOKE, "--out", str(out)], tmp_path)
+        assert refused.returncode == 2, refused.stderr
+        err = refused.stderr
+        assert err.count("\n") == 1 and "Traceback" not in err, err
+        assert f"pid {holder.pid} on " in err and "the-first-driver" in err and str(out / "study.lock") in err
+        assert not (out / "study.sqlite").exists()
+        waiting = subprocess.Popen([sys.executable, "-m", "verify.study", *RUN_SMOKE, "--out", str(out),
+                                    "--wait"], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                   text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+        assert "waiting for" in waiting.stderr.readline()
+        assert waiting.poll() is None and not (out / "study.sqlite").exists()
+        holder.kill()  # SIGKILL: the holder cannot release anything itself
+        stdout, stderr = waiting.communicate(timeout=300)
+        assert waiting.returncode == 0 and "2 done now" in stdout, stderr
+    finally:
+        for proc in (holder, waiting):
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+                proc.wait(timeout=30)
+    with RunStore(out / "study.sqlite", readonly=True) as store:
+        assert [r["attempts"] for r in store.rows()] == [1, 1]
+    assert (out / "study.lock").read_text() == ""  # released: no holder named
+
+
+def test_reading_commands_need_no_lock_and_the_lock_is_per_folder(tmp_path, capsys):
+    """While a driver holds the folder, report and export read it; `run` into it refuses, and
+    the same study into another folder runs."""
+    from verify.studies import folder_lock
+
+    path, out = tiny_study(tmp_path, seeds="[1]"), tmp_path / "out"
+    study.run_study(path, "paper", out, engine="serial", progress=False)
+    with folder_lock.holding(out, "a driver in this test"):
+        assert study.main(["report", path, "--scale", "paper", "--out", str(out), "--json"]) == 0
+        assert study.main(["export", path, "--scale", "paper", "--out", str(out)]) == 0
+        capsys.readouterr()
+        assert study.main(["run", path, "--scale", "paper", "--engine", "serial", "--out", str(out)]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "a driver in this test" in err, err
+        other = study.run_study(path, "paper", tmp_path / "other", engine="serial", progress=False)
+        assert other["done"] == 1
+    again = study.run_study(path, "paper", out, engine="serial", progress=False)
+    assert (again["done"], again["already_done"]) == (0, 1)
