@@ -28,7 +28,7 @@ from verify.learning.families import HyperteacherFamily
 from verify.studies import provenance
 from verify.studies.commands import default_out, expand, run_study, stored_out
 from verify.studies.effects import CONVERGED_R2, effects_table
-from verify.studies.store import RunStore
+from verify.studies.store import RunStore, reading
 
 NAME = "fig9_studies"
 PAPER_R2 = HyperteacherFamily.paper_by_encoding  # the paper's held-out R² per encoding
@@ -57,7 +57,8 @@ def table(study: str, quick: bool, progress: bool | None) -> dict:
     """The study's effects table (cpu scale, else smoke: store_of), of the runs in the study's
     grid as it is now."""
     scale, out, keys = store_of(study, quick, progress)
-    return effects_table(study, scale, out, keys, provenance.code_fingerprint())
+    with reading(out / "study.sqlite"):  # a report of another format: one line naming the store
+        return effects_table(study, scale, out, keys, provenance.code_fingerprint())
 
 
 def sweep_rows(tables: dict, kinds: dict[str, str], metric: str, train: str) -> list[dict]:

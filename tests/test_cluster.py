@@ -26,7 +26,7 @@ import pytest
 
 from tests.test_study import tiny_study
 from verify.studies import commands as study
-from verify.studies.store import RunStore
+from verify.studies.store import RunStore, StoreError
 
 ray = pytest.importorskip("ray")
 
@@ -345,7 +345,7 @@ def store_rows(db: Path) -> dict[str, dict]:
     try:
         with RunStore(db, readonly=True) as store:
             return {r["key"]: r for r in store.rows()}
-    except sqlite3.OperationalError:  # created but not yet its table
+    except (sqlite3.OperationalError, StoreError):  # created (0 bytes) but not yet its table
         return {}
 
 

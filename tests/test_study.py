@@ -635,3 +635,165 @@ def test_run_all_runs_every_study_in_turn_and_resumes_where_each_store_stopped(t
     assert [(s["done"], s["already_done"]) for s in summaries(capsys.readouterr().out)] == [(0, 1), (0, 2)]
     with pytest.raises(study.UsageError, match="--out applies to one study"):
         study.parse_args(["run", "all", "--out", str(tmp_path / "x"), "--engine", "serial"])
+
+
+# ----------------------------------------------------------------------------- damaged stores
+
+ROOT = Path(__file__).resolve().parents[1]
+SMOKE_FOLDER = Path("verify/studies/results/task-support/smoke")  # where list and budget look, under cwd
+RUN_SMOKE = ["run", "task-support", "--scale", "smoke", "--engine", "serial", "--no-progress"]
+READERS = {"report": ["report", "task-support", "--scale", "smoke"],
+           "export": ["export", "task-support", "--scale", "smoke"], "list": ["list"],
+           "budget": ["budget", "--scale", "smoke"], "run": RUN_SMOKE}
+
+
+def verify_study(argv: list[str], cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess:
+    """python -m verify.study as a user runs it, from `cwd`, with this checkout's code."""
+    return subprocess.run([sys.executable, "-m", "verify.study", *argv], cwd=cwd, capture_output=True,
+                          text=True, timeout=timeout, env={**os.environ, "PYTHONPATH": str(ROOT)})
+
+
+@pytest.fixture(scope="module")
+def smoke_store(tmp_path_factory) -> bytes:
+    """The bytes of a sound task-support smoke store (2 runs)."""
+    out = tmp_path_factory.mktemp("sound") / SMOKE_FOLDER
+    study.run_study("task-support", "smoke", out, engine="serial", progress=False)
+    return (out / "study.sqlite").read_bytes()
+
+
+def _sql(statement: str):
+    def damage(db: Path) -> None:
+        with sqlite3.connect(db) as c:
+            c.execute(statement)
+        c.close()
+    return damage
+
+
+DAMAGES = {
+    "truncated": lambda db: db.write_bytes(db.read_bytes()[:db.stat().st_size // 2]),
+    "random bytes": lambda db: db.write_bytes(bytes(range(256)) * 32),
+    "empty": lambda db: db.write_bytes(b""),
+    "renamed column": _sql("ALTER TABLE runs RENAME COLUMN status TO state"),
+    "report not JSON": _sql("""UPDATE runs SET report = '{"rows": [' WHERE status = 'done'"""),
+    # A report of an unknown format: only the commands that read reports (report, export) refuse.
+    "report of another format": _sql("""UPDATE runs SET report = '{"format": 2}' WHERE status = 'done'"""),
+}
+
+
+@pytest.mark.parametrize("damage", sorted(DAMAGES))
+def test_a_damaged_store_is_refused_in_one_line_naming_it_and_left_as_it_was(tmp_path, smoke_store, damage):
+    """Each command that reads the store: exit 2, one stderr line naming the file, no traceback;
+    the file's bytes and mtime unchanged, nothing written beside it (no journal; `run` leaves
+    only its lock file)."""
+    db = tmp_path / SMOKE_FOLDER / "study.sqlite"
+    db.parent.mkdir(parents=True)
+    db.write_bytes(smoke_store)
+    DAMAGES[damage](db)
+    before = (db.read_bytes(), db.stat().st_mtime_ns, sorted(p.name for p in db.parent.iterdir()))
+    for command, argv in READERS.items():
+        proc = verify_study(argv, tmp_path)
+        refuses = damage != "report of another format" or command in ("report", "export")
+        assert proc.returncode == (2 if refuses else 0), (command, proc.stderr)
+        if refuses:
+            err = proc.stderr
+            assert err.count("\n") == 1 and str(SMOKE_FOLDER / "study.sqlite") in err, (command, err)
+            assert "Traceback" not in err and "a bug" not in err, (command, err)
+        files = sorted(p.name for p in db.parent.iterdir() if p.name != "study.lock")
+        assert (db.read_bytes(), db.stat().st_mtime_ns, files) == before, (command, "altered the store")
+
+
+def test_a_write_left_half_done_by_a_killed_driver_is_named_by_readers_and_rolled_back_by_run(
+        tmp_path, smoke_store):
+    """A hot journal (a driver killed mid-transaction): a read-only reader cannot read past
+    it and says so in one line; the next `run` rolls it back and finds the store as it was."""
+    db = tmp_path / SMOKE_FOLDER / "study.sqlite"
+    db.parent.mkdir(parents=True)
+    db.write_bytes(smoke_store)
+    writer = ("import sqlite3, sys, time\n"
+              "db = sqlite3.connect(sys.argv[1], isolation_level=None)\n"
+              "db.execute('PRAGMA cache_size = 1')  # spill the transaction's pages to the file\n"
+              "db.execute('BEGIN IMMEDIATE')\n"
+              "for i in range(2000):\n"
+              "    db.execute(\"INSERT INTO runs (key, study, scale, config, status, updated) VALUES \"\n"
+              "               \"(?, 's', 'smoke', '{}', 'running', 0)\", (f'{i:0300d}',))\n"
+              "print('written', flush=True)\n"
+              "time.sleep(600)\n")
+    proc = subprocess.Popen([sys.executable, "-c", writer, str(db)], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline() == "written\n"
+    proc.kill()
+    proc.wait(timeout=30)
+    assert (db.parent / "study.sqlite-journal").is_file()
+    report = verify_study(READERS["report"], tmp_path)
+    assert report.returncode == 2 and report.stderr.count("\n") == 1, report.stderr
+    assert "a driver was killed while writing it" in report.stderr
+    run = verify_study(RUN_SMOKE, tmp_path)
+    assert run.returncode == 0 and "0 done now, 2 already done" in run.stdout, run.stderr
+    assert not (db.parent / "study.sqlite-journal").exists()
+    with RunStore(db, readonly=True) as store:
+        assert len(store.rows()) == 2
+
+
+# ----------------------------------------------------------------------------- one driver a folder
+
+HOLDER = """import sys, time
+from pathlib import Path
+from verify.studies.folder_lock import holding
+with holding(Path(sys.argv[1]), "python -m verify.study run the-first-driver"):
+    print("held", flush=True)
+    time.sleep(600)
+"""
+
+
+def test_a_second_driver_refuses_a_held_folder_and_a_killed_holder_frees_it(tmp_path):
+    """Another process holds the study folder: `run` refuses in one line naming it (exit 2,
+    nothing stored); `run --wait` waits; SIGKILL to the holder frees the folder (the kernel
+    drops its flock), and the waiting driver runs every run once."""
+    out = tmp_path / "out"
+    out.mkdir()
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(out)], stdout=subprocess.PIPE, text=True,
+                              env={**os.environ, "PYTHONPATH": str(ROOT)})
+    waiting = None
+    try:
+        assert holder.stdout.readline() == "held\n"
+        refused = verify_study([*RUN_SMOKE, "--out", str(out)], tmp_path)
+        assert refused.returncode == 2, refused.stderr
+        err = refused.stderr
+        assert err.count("\n") == 1 and "Traceback" not in err, err
+        assert f"pid {holder.pid} on " in err and "the-first-driver" in err and str(out / "study.lock") in err
+        assert not (out / "study.sqlite").exists()
+        waiting = subprocess.Popen([sys.executable, "-m", "verify.study", *RUN_SMOKE, "--out", str(out),
+                                    "--wait"], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                   text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+        assert "waiting for" in waiting.stderr.readline()
+        assert waiting.poll() is None and not (out / "study.sqlite").exists()
+        holder.kill()  # SIGKILL: the holder cannot release anything itself
+        stdout, stderr = waiting.communicate(timeout=300)
+        assert waiting.returncode == 0 and "2 done now" in stdout, stderr
+    finally:
+        for proc in (holder, waiting):
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+                proc.wait(timeout=30)
+    with RunStore(out / "study.sqlite", readonly=True) as store:
+        assert [r["attempts"] for r in store.rows()] == [1, 1]
+    assert (out / "study.lock").read_text() == ""  # released: no holder named
+
+
+def test_reading_commands_need_no_lock_and_the_lock_is_per_folder(tmp_path, capsys):
+    """While a driver holds the folder, report and export read it; `run` into it refuses, and
+    the same study into another folder runs."""
+    from verify.studies import folder_lock
+
+    path, out = tiny_study(tmp_path, seeds="[1]"), tmp_path / "out"
+    study.run_study(path, "paper", out, engine="serial", progress=False)
+    with folder_lock.holding(out, "a driver in this test"):
+        assert study.main(["report", path, "--scale", "paper", "--out", str(out), "--json"]) == 0
+        assert study.main(["export", path, "--scale", "paper", "--out", str(out)]) == 0
+        capsys.readouterr()
+        assert study.main(["run", path, "--scale", "paper", "--engine", "serial", "--out", str(out)]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "a driver in this test" in err, err
+        other = study.run_study(path, "paper", tmp_path / "other", engine="serial", progress=False)
+        assert other["done"] == 1
+    again = study.run_study(path, "paper", out, engine="serial", progress=False)
+    assert (again["done"], again["already_done"]) == (0, 1)

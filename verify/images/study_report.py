@@ -84,7 +84,7 @@ from verify import cli
 from verify.learning.records import mean_sd
 from verify.studies import behaviour, verdicts
 from verify.studies.effects import code_of, csv_text, export_runs, hashable, key_cell, store_notes
-from verify.studies.store import RunStore
+from verify.studies.store import RunStore, reads_report
 
 # The settings that make a model's size: runs that differ in them are compared by parameters.
 SIZE_KEYS = ("preset", "channels", "layers_per_block", "text_hidden", "text_layers")
@@ -108,6 +108,7 @@ def best_unet_layer(decodability: dict) -> str | None:
     return max(layers, key=lambda k: decodability[k]["test_f1"]) if layers else None
 
 
+@reads_report
 def run_row(run: dict, judge=None) -> dict:
     """One done run as the report reads it."""
     r, config = run["report"], run["config"]
@@ -498,6 +499,7 @@ def write_table(table: dict, out: Path) -> None:
 def export_csv(out: Path, path: Path | str) -> int:
     """Every run, one line per (run, layer): its configuration, status, error, success and the
     layer's held-out decodability."""
+    @reads_report
     def lines_of(r: dict) -> list[dict]:
         if r["status"] != "done":
             return [{}]

@@ -32,7 +32,10 @@ marked as made by other code.
 Exit codes: 0 done, 1 a construction violated its certificate in some run, 2 usage
 error, 3 internal error, 130 interrupted. A run that fails is stored as failed (with its
 error) and the others go on; --retry-failed runs it again, and --rerun-stale reruns the
-runs made by other (or unknown) code.
+runs made by other (or unknown) code. One `run` at a time holds a study's folder
+(verify.studies.folder_lock): a second refuses with exit 2, naming the first, or with --wait
+waits for it. A damaged store (empty, truncated, not SQLite, another schema, a report this code
+cannot read) is a usage error too: one line naming the file, which is left as it was.
 
 This module runs a study (run_study) and holds the command line; the study side's other jobs
 have modules of their own: grids (study files, runs), provenance (the code behind a result),
@@ -46,13 +49,14 @@ otherwise the committed cpu-scale store shipped with the package.
 
 from __future__ import annotations
 
+import shlex
 import sys
 import time
 from pathlib import Path
 
 from verify import cli
 from verify.cli import UsageError, non_negative_float, positive_float, positive_int
-from verify.studies import behaviour, provenance
+from verify.studies import behaviour, folder_lock, provenance
 from verify.studies.engines import Execution, ray_engine, serial
 from verify.studies.grids import (  # noqa: F401 - the study side's names, as verify.study's users know them
     DEFAULT_PROGRAM,
@@ -79,10 +83,20 @@ from verify.studies.ray_cluster import check_address, check_gpus, connect_ray
 ENGINES = ("ray", "serial")
 
 
-def run_study(name: str, scale: str, out: Path, *, engine: str = "ray", address: str | None = None,
-              gpus_per_run: float = 0.0, workers: int | None = None, retry_failed: bool = False,
-              rerun_stale: bool = False, progress: bool | None = None, pack: int = 1,
-              checkpoint_minutes: float | None = None, log: list[str] | None = None) -> dict:
+def run_study(name: str, scale: str, out: Path, *, wait: bool = False, command: str | None = None,
+              **options) -> dict:
+    """Run every run of the study not yet done (_run_study: its `options`), holding the study
+    folder's lock (verify.studies.folder_lock: FolderBusy if another driver holds it, unless
+    `wait`; `command` names this driver to the others, by default this process's argv)."""
+    out.mkdir(parents=True, exist_ok=True)
+    with folder_lock.holding(out, command or shlex.join(sys.argv), wait=wait):
+        return _run_study(name, scale, out, **options)
+
+
+def _run_study(name: str, scale: str, out: Path, *, engine: str = "ray", address: str | None = None,
+               gpus_per_run: float = 0.0, workers: int | None = None, retry_failed: bool = False,
+               rerun_stale: bool = False, progress: bool | None = None, pack: int = 1,
+               checkpoint_minutes: float | None = None, log: list[str] | None = None) -> dict:
     """Run every run of the study not yet done (and the failed ones with `retry_failed`,
     those made by other or unknown code with `rerun_stale`); each result is committed as
     it arrives. Ray is started only when something is left to run."""
@@ -93,7 +107,9 @@ def run_study(name: str, scale: str, out: Path, *, engine: str = "ray", address:
     current = provenance.code_fingerprint(program)
     stored: dict[str, dict] = {}
     if (out / "study.sqlite").is_file():
-        with RunStore(out / "study.sqlite", readonly=True) as store:
+        # Opened for writing (this driver holds the folder): a write left half-done by a killed
+        # driver is rolled back here, where a read-only open could not read past it.
+        with RunStore(out / "study.sqlite") as store:
             stored = {r["key"]: r for r in store.rows()}
     status = {k: r["status"] for k, r in stored.items()}
     # A run made by other code is stale unless its behaviour record replays the same now (a
@@ -122,7 +138,6 @@ def run_study(name: str, scale: str, out: Path, *, engine: str = "ray", address:
     try:
         if engine == "ray" and pending and gpus_per_run > 0:
             check_gpus(gpus_per_run, address)
-        out.mkdir(parents=True, exist_ok=True)
         with RunStore(out / "study.sqlite") as store:
             bar = cli.progress(len(runs), f"{study} ({scale})", progress, unit="run")
             bar.update(len(runs) - len(pending))
@@ -203,6 +218,9 @@ def build_parser() -> cli.Parser:
                         "DIR` or `wandb`, grouped by the study and named by the run's key "
                         "(verify.learning.tracking)")
     r.add_argument("--retry-failed", action="store_true", help="run the failed runs again too")
+    r.add_argument("--wait", action="store_true",
+                   help="when another `run` is using the study's folder, wait for it to end (default: "
+                        "refuse, naming it; one driver a folder, or both would train every run)")
     r.add_argument("--rerun-stale", action="store_true",
                    help="run again the runs whose stored result was made by other code (another "
                         "code fingerprint) or unknown code (stored before runs recorded it)")
@@ -238,7 +256,9 @@ ALL = "all"  # `run all`: every study in turn, each into its own default folder
 
 
 def parse_args(argv=None):
-    args = build_parser().parse_args(sys.argv[1:] if argv is None else list(argv))
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = build_parser().parse_args(argv)
+    args.invocation = shlex.join(["python", "-m", "verify.study", *argv])  # names a lock's holder
     if args.command in ("list", "budget"):
         return args
     if args.command == "readme":
@@ -337,7 +357,8 @@ def work(args) -> int:
                                 gpus_per_run=args.gpus_per_run, workers=args.workers,
                                 retry_failed=args.retry_failed, rerun_stale=args.rerun_stale,
                                 progress=False if args.no_progress else None, pack=args.pack,
-                                checkpoint_minutes=args.checkpoint_minutes, log=args.log)
+                                checkpoint_minutes=args.checkpoint_minutes, log=args.log, wait=args.wait,
+                                command=args.invocation)
             cli.emit(cli.to_json(summary) if args.json else format_summary(summary))
             violated |= bool(summary["violated"])
         return cli.EXIT_VIOLATED if violated else cli.EXIT_OK
@@ -357,18 +378,22 @@ def work(args) -> int:
                  f"{replayed['already']} current already; {len(replayed['differ'])} differ"
                  + "".join(f"\n  {key[:12]}: {why}" for key, why in replayed["differ"].items()))
         return cli.EXIT_OK
+    from verify.studies.store import reading
+
     report = PROGRAMS[program].report_module()
     if args.command == "report":
         name, runs = expand(args.study, args.scale)
-        table = report.effects_table(name, args.scale, args.store, keys={r.key for r in runs},
-                                     fingerprint=provenance.code_fingerprint(program))
+        with reading(args.store / "study.sqlite"):  # a report of another format: one line naming the store
+            table = report.effects_table(name, args.scale, args.store, keys={r.key for r in runs},
+                                         fingerprint=provenance.code_fingerprint(program))
         report.write_table(table, args.out)
         cli.emit(cli.to_json(table) if args.json else report.format_markdown(table))
         return cli.EXIT_OK
     # The flag's own string: `-` is stdout, where the count would spoil the CSV (it goes to
     # stderr then), while `./-` is a file of that name.
     path = args.csv if args.csv else args.out / "runs.csv"
-    n = report.export_csv(args.store, path)
+    with reading(args.store / "study.sqlite"):
+        n = report.export_csv(args.store, path)
     if cli.is_stdout(path):
         print(f"{n} runs written to stdout", file=sys.stderr)
     else:

@@ -29,7 +29,7 @@ from verify.learning.families import DEFAULT_FAMILY, FAMILIES, family_named
 from verify.learning.records import mean_sd, records_of
 from verify.studies import behaviour, verdicts
 from verify.studies.grids import study_analysis, study_deviations, study_plan
-from verify.studies.store import RunStore
+from verify.studies.store import RunStore, reads_report
 
 CONVERGED_R2 = FAMILIES[DEFAULT_FAMILY].convergence[1]  # training R² a hyperteacher run must reach
 
@@ -40,6 +40,7 @@ def family_of(report: dict):
     return family_named(report.get("family"))
 
 
+@reads_report
 def student_rows(report: dict) -> list[dict]:
     """The numbers the table reads from one verify.sgd report, one dict per trained network:
     the family's table metrics (and, on sides with more than K active modules, its headline

@@ -25,7 +25,7 @@ import numpy as np
 from verify import cli
 from verify.studies import behaviour
 from verify.studies.effects import code_of, csv_text, export_runs, store_notes
-from verify.studies.store import RunStore
+from verify.studies.store import RunStore, reads_report
 from verify.studies.verdicts import holm
 
 PROGRAM = "verify.kernel"
@@ -40,6 +40,7 @@ def _metric(report: dict, side: str, name: str):
     return next((m["value"] for m in report["metrics"] if m["side"] == side and m["metric"] == name), None)
 
 
+@reads_report
 def run_row(run: dict, judge=None) -> dict:
     report, config = run["report"], run["config"]
     return dict(key=run["key"], encoding=config.get("encoding", "identity"), method=report["method"],

@@ -78,6 +78,8 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from verify.studies.store import reads_report
+
 REACHED, BELOW, NOT_REACHED = "reached", "below the ladder", "not reached"
 CONFIDENCE = 0.95
 NETWORK = "sgd custom"  # a width × depth student (verify.sgd --shapes custom)
@@ -426,6 +428,7 @@ def readout_norms(I: int, H: int, O: int, K: int, seeds) -> dict[int, float]:
 
 # ----------------------------------------------------------------------------- a study's runs
 
+@reads_report
 def points_of(runs: list[dict]) -> list[dict]:
     """One plain record per done run of a width × depth MLP on the hyperteacher (store rows,
     as RunStore.rows gives them): its settings and its held-out R², RMSE and training R²."""
