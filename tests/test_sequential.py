@@ -1,0 +1,81 @@
+"""The sequential plan (verify/studies/sequential.py, issue 43): its size and power by
+simulation with the truth planted, 2,000 simulated studies each. A rate estimated from R draws
+has sd sqrt(p(1 − p)/R); each check allows 4 of those."""
+
+import math
+
+import numpy as np
+import pytest
+
+from verify.studies import sequential as S
+
+R = 2000
+PLAN = S.SequentialPlan((3, 6, 10))
+DELTA, SD = 0.5, 0.3  # a design the last look can power: 4 units an arm detect δ at its level
+
+
+def _rates(plan, effect, *, futility=True, seed=0, delta=DELTA, paper="helps"):
+    rng = np.random.default_rng(seed)
+    counts = {}
+    for _ in range(R):
+        d = S.run_plan(plan, lambda n: (rng.normal(effect, SD, n), np.zeros(n)), delta=delta,
+                       futility=futility, paper=paper)
+        counts[d.state] = counts.get(d.state, 0) + 1
+    return {k: v / R for k, v in counts.items()}
+
+
+def _tol(p):
+    return 4 * math.sqrt(p * (1 - p) / R)
+
+
+def test_the_spending_functions_spend_alpha_by_the_last_look_and_little_early():
+    for spending in S.SPENDINGS:
+        levels = S.SequentialPlan((3, 6, 10), spending=spending).levels()
+        assert sum(levels) == pytest.approx(0.05, abs=1e-12) and all(v > 0 for v in levels)
+    obf = S.SequentialPlan((3, 6, 10)).levels()
+    assert obf[0] < 1e-3 < obf[1] < obf[2]  # O'Brien–Fleming: almost nothing at 30% information
+    assert S.SequentialPlan((3, 6, 10)).levels(family=4)[2] == pytest.approx(obf[2] / 4)
+    with pytest.raises(ValueError, match="increasing whole numbers"):
+        S.SequentialPlan((6, 3))
+    with pytest.raises(ValueError, match="spending must be one of"):
+        S.SequentialPlan((3, 6), spending="haybittle")
+
+
+@pytest.mark.parametrize("delta,futility", [(DELTA, True), (0.1, False)])
+def test_under_no_difference_the_plan_calls_an_effect_at_most_5_percent_of_the_time(delta, futility):
+    """δ 0.1 without futility: no look stops for equivalence, every look spends its α."""
+    rates = _rates(PLAN, 0.0, delta=delta, futility=futility)
+    wrong = rates.get(S.EFFECT, 0) + rates.get(S.TRIVIAL, 0)
+    assert wrong <= 0.05 + _tol(0.05), rates
+
+
+def test_spending_alpha_at_every_look_would_break_the_size():
+    """The check can fail: testing every look at the full α (no spending) calls an effect too
+    often when nothing differs (δ 0.1: no early stop for equivalence hides it)."""
+    class Unspent(S.SequentialPlan):
+        def levels(self, family=1):
+            return [self.alpha / family] * len(self.looks)
+    rates = _rates(Unspent((3, 6, 10)), 0.0, futility=False, seed=1, delta=0.1)
+    assert rates.get(S.EFFECT, 0) + rates.get(S.TRIVIAL, 0) > 0.05 + _tol(0.05), rates
+
+
+def test_at_the_margin_equivalence_is_called_at_most_5_percent_of_the_time():
+    rates = _rates(PLAN, DELTA, seed=2, paper="no effect")
+    assert rates.get(S.EQUIVALENT, 0) + rates.get(S.TRIVIAL, 0) <= 0.05 + _tol(0.05), rates
+
+
+@pytest.mark.parametrize("effect", [0.5, 0.8])
+def test_under_the_planned_effect_the_power_is_as_stated(effect):
+    lo, hi = S.power_bounds(PLAN, effect, SD)
+    rates = _rates(PLAN, effect, futility=False, seed=3)
+    called = rates.get(S.EFFECT, 0) + rates.get(S.TRIVIAL, 0)
+    assert lo - _tol(lo) <= called <= hi + _tol(min(hi, 0.99)), (called, lo, hi)
+    assert lo >= 0.8 or effect < 0.6  # the design powers δ itself at its last look
+
+
+def test_futility_stops_early_where_the_last_look_could_not_decide_and_never_rejects():
+    rng = np.random.default_rng(4)
+    d = S.decide(PLAN, 0, rng.normal(0, 3.0, 3), np.zeros(3), delta=DELTA)  # sd 3: needs far more units
+    assert d.state == S.FUTILE and (d.units_needed is None or d.units_needed > 10)
+    d = S.decide(PLAN, 2, rng.normal(0, 3.0, 10), np.zeros(10), delta=DELTA)
+    assert d.state == S.INCONCLUSIVE and d.look == 3
