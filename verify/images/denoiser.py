@@ -399,7 +399,8 @@ def train(pipe, images, prompts: Sequence[str], *, steps: int, batch: int, lr: f
     (the noise, the velocity or the clean image: the scheduler's prediction_type); AdamW (lr,
     weight_decay), gradients clipped to norm grad_clip. Returns the loss curve (the mean loss
     over each of log_points equal windows of steps, at the window's last step) and the first
-    and last steps' losses. `progress`, if given, is called with each finished step; `tracker`
+    and last steps' losses. `progress`, if given, is called with each finished step and its
+    loss (read to the host already: calling it costs no sync); `tracker`
     (verify.learning.tracking), if given, gets each window's mean loss as `train/loss` at the
     window's last step, as it ends (the losses are on the host already: no sync of its own)."""
     import torch
@@ -441,7 +442,7 @@ def train(pipe, images, prompts: Sequence[str], *, steps: int, batch: int, lr: f
             if tracker is not None and step + 1 in window_ends:
                 tracker.log(step + 1, {"train/loss": float(losses[window_ends[step + 1]:step + 1].mean())})
             if progress is not None:
-                progress(step + 1)
+                progress(step + 1, losses[step])
     finally:
         unet.eval()
         text_encoder.eval()

@@ -31,6 +31,7 @@ as it runs verify.sgd. Exit codes: 0 done, 2 usage error, 3 internal error, 130 
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import re
@@ -218,12 +219,18 @@ def _train(args, pipe, scene, combos, train_rows, progress, tracker=None) -> dic
     from constructions.tasks import images as scenes
     from verify.images import denoiser
 
-    with cli.progress(args.steps, "train", progress) as bar:
+    # Off a terminal the bar is hidden and the heartbeat prints a line now and then instead.
+    beat = cli.heartbeat(args.steps, "train", progress)
+
+    def done(step: int, loss: float) -> None:
+        bar.update(1)
+        beat.update(step, f"loss {loss:.2e}")
+
+    with cli.progress(args.steps, "train", progress) as bar, contextlib.closing(beat):
         return denoiser.train(pipe, scenes.render(scene, combos[train_rows]),
                               scenes.prompts(scene, combos[train_rows]), steps=args.steps, batch=args.batch,
                               lr=args.lr, weight_decay=args.weight_decay, p_uncond=args.p_uncond,
-                              seed=args.seed, device=args.runtime.device, progress=lambda s: bar.update(1),
-                              tracker=tracker)
+                              seed=args.seed, device=args.runtime.device, progress=done, tracker=tracker)
 
 
 def _log_scores(tracker, steps: int, a, best: str, decodability: dict) -> None:
