@@ -35,8 +35,11 @@ What every CLI promises through it (tests/test_promises.py runs each as a user d
 - Results are not overwritten by accident. --save DIR (bound, sgd) wants a new or empty
   folder, or --force. --out DIR (sweep, figures) is the tool's own folder and its files are
   replaced; paper_figures --quick has its own, paper_figures/preview/.
-- Progress bars (tqdm, with rate and ETA) go to stderr on a terminal only; --no-progress turns
-  them off.
+- Progress bars (tqdm, with rate and ETA) go to stderr on a terminal only. Off a terminal (nohup,
+  CI, a log file) a long loop (a study's runs, a training's steps) prints instead one plain line
+  at most every HEARTBEAT_SECONDS of wall time ("run 9 of 36, 5:02 elapsed, ETA 15:06";
+  COMPGEN_HEARTBEAT_SECONDS sets the interval, 0 a line per update); --no-progress turns both off.
+  A resumed training says so ("resumed at step N"), and a study's Ctrl-C line says how to resume.
 - Threads: every CLI has --threads N. torch's default (one thread per core) is the wrong choice
   on a busy machine: its threads spin while they wait for a core. The default is therefore one
   thread, except for work large enough for threads to pay off (verify.bound with I·H ≥ 64, an
@@ -73,6 +76,7 @@ import stat
 import sys
 import tempfile
 import threading
+import time
 import traceback
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -538,6 +542,111 @@ def progress(total: int | None = None, desc: str = "", enabled: bool | None = No
                 file=sys.stderr, **kw)
 
 
+# Off a terminal a long loop says where it is once per this many seconds of wall time: often
+# enough that a log shows the run is alive, seldom enough that an hour's log stays short.
+HEARTBEAT_SECONDS = 60.0
+HEARTBEAT_ENV = "COMPGEN_HEARTBEAT_SECONDS"  # overrides it (tests set 0: a line per update)
+
+
+def heartbeat_seconds() -> float:
+    """The heartbeat's interval: $COMPGEN_HEARTBEAT_SECONDS when it is a number ≥ 0, else
+    HEARTBEAT_SECONDS (a wrong value must not stop a long run)."""
+    try:
+        value = float(os.environ.get(HEARTBEAT_ENV, ""))
+    except ValueError:
+        return HEARTBEAT_SECONDS
+    return value if math.isfinite(value) and value >= 0 else HEARTBEAT_SECONDS
+
+
+class Heartbeat:
+    """Plain lines on stderr where a tqdm bar cannot be seen (stderr is not a terminal):
+    "{what}: {unit} k of n, elapsed, ETA[, note]", at most once per `every` seconds. `update(k)`
+    takes the count done so far (not an increment) and costs one clock read when no line is
+    due, so a training loop may call it every step. The ETA extrapolates this session's rate,
+    from the count at `start` (a resumed run's earlier steps took no time here). With `tick`, a
+    daemon thread also prints when the count stands still, so one long run of a study is not
+    silent for its whole length. A disabled heartbeat (`every` None) prints nothing."""
+
+    def __init__(self, total: int, what: str, unit: str, *, start: int = 0, every: float | None = None,
+                 tick: bool = False):
+        self.total, self.what, self.unit, self.every = total, what, unit, every
+        self.k, self.start, self.note = start, start, ""
+        self._began = self._printed = time.monotonic()
+        self._lock, self._stop = threading.Lock(), threading.Event()
+        if tick and every is not None:
+            threading.Thread(target=self._tick, daemon=True).start()
+
+    def update(self, k: int, note: str = "") -> None:
+        """`k` done so far; `note` (the running loss, say) ends the line when one is printed."""
+        self.k, self.note = k, note
+        if self.every is not None and time.monotonic() - self._printed >= self.every:
+            self._print()
+
+    def close(self) -> None:
+        self._stop.set()
+
+    def _tick(self) -> None:
+        # At least a second between checks: an interval of 0 (the tests') must not spin.
+        while not self._stop.wait(max(self.every, 1.0)):
+            if time.monotonic() - self._printed >= self.every:
+                self._print()
+
+    def _print(self) -> None:
+        with self._lock:  # the ticker and the loop may both find a line due
+            now = time.monotonic()
+            self._printed = now
+            _stderr(f"{self.what}: {self.unit} {self.k} of {self.total}, {clock(now - self._began)} elapsed, "
+                    f"ETA {self._eta(now)}" + (f", {self.note}" if self.note else ""))
+
+    def _eta(self, now: float) -> str:
+        done = self.k - self.start
+        return clock((now - self._began) * (self.total - self.k) / done) if done > 0 else "unknown"
+
+
+def clock(seconds: float) -> str:
+    """Seconds as tqdm writes them: m:ss, or h:mm:ss from an hour."""
+    m, s = divmod(int(round(seconds)), 60)
+    h, m = divmod(m, 60)
+    return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
+
+
+def heartbeat(total: int, what: str, enabled: bool | None = None, *, unit: str = "step", start: int = 0,
+              tick: bool = False) -> Heartbeat:
+    """The plain-line companion of `progress(total, what, enabled)`: it prints exactly where
+    that bar is hidden by default, off a terminal (enabled None); a shown bar (a terminal, or
+    True) or --no-progress (False) leave it silent."""
+    on = enabled is None and not sys.stderr.isatty()
+    return Heartbeat(total, what, unit, start=start, every=heartbeat_seconds() if on else None, tick=tick)
+
+
+def note(line: str, enabled: bool | None = None) -> None:
+    """One line of news on stderr (a resumed run), unless progress is off (False)."""
+    if enabled is not False:
+        _stderr(line)
+
+
+# A note for the Ctrl-C line, from the work that knows how to resume (a study: how many of its
+# runs are done); main_of clears it before and after the work.
+_INTERRUPT_NOTES: list[Callable[[], str]] = []
+
+
+@contextlib.contextmanager
+def interrupt_note(note_of: Callable[[], str]) -> Iterator[None]:
+    """While the block runs, a Ctrl-C line ends with `note_of()`, read when it is printed.
+    Deliberately not a try/finally: the note is dropped when the block ends normally, and kept
+    when an exception (the KeyboardInterrupt) leaves it, for main_of to print."""
+    _INTERRUPT_NOTES.append(note_of)
+    yield
+    _INTERRUPT_NOTES.remove(note_of)
+
+
+def _interrupt_tail() -> str:
+    try:
+        return "".join(f"; {note_of()}" for note_of in _INTERRUPT_NOTES[-1:])
+    except Exception:  # the one line must come out whatever a note's state
+        return ""
+
+
 @contextlib.contextmanager
 def phase(desc: str, enabled: bool | None = None) -> Iterator[None]:
     """A bar for a phase that has no natural count (building a network): it shows the
@@ -576,6 +685,7 @@ def main_of(prog: str, parse: Callable[[list[str]], object], work: Callable[[obj
     docstring). `parse` raises UsageError for bad input and must not start the work;
     `work` returns 0 or 1 and may raise UsageError for what only the work can find out."""
     interrupted, winding_down = _catch_every_interrupt(), False
+    _INTERRUPT_NOTES.clear()  # a note left by an earlier main_of in this process (the tests)
     try:
         args = parse(sys.argv[1:] if argv is None else list(argv))
         code = work(args)
@@ -592,7 +702,7 @@ def main_of(prog: str, parse: Callable[[list[str]], object], work: Callable[[obj
         # KeyboardInterrupt, and Python would end the process by the signal, not exit 130.
         winding_down = True
         signal.signal(signal.SIGINT, lambda signum, frame: None)
-        _stderr(f"{prog}: interrupted; no output file was left half-written")
+        _stderr(f"{prog}: interrupted; no output file was left half-written{_interrupt_tail()}")
         return EXIT_INTERRUPTED
     except BrokenPipeError:
         _silence_stdout()
@@ -606,6 +716,7 @@ def main_of(prog: str, parse: Callable[[list[str]], object], work: Callable[[obj
         _stderr(f"{prog}: internal error (a bug, not your input); please report the traceback above")
         return EXIT_INTERNAL
     finally:
+        _INTERRUPT_NOTES.clear()
         if not winding_down:
             _restore_interrupts()
 

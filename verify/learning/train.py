@@ -24,7 +24,7 @@ import torch
 from torch import nn
 
 from constructions.tasks.hyperteacher import Hyperteacher
-from verify.cli import atomic_path
+from verify.cli import atomic_path, heartbeat, note
 from verify.cli import progress as progress_bar
 from verify.learning.families import Batch, HyperteacherFamily, TaskFamily
 from verify.learning.metrics import apply_tasks, encoding_dim
@@ -359,11 +359,16 @@ def run_loop(cfg: TrainConfig, optimizer: torch.optim.Optimizer, step_once, done
     step it calls `save(step, running, seconds)`. `stop_after` ends it early (a behaviour
     record's first steps). `trackers` (one per member, or None) get each logged running loss
     as `train/loss` (verify.learning.tracking): what the sync read, no sync of their own.
+    Off a terminal the bar is a heartbeat (cli.heartbeat): a line now and then with the loss the
+    last log step read, again no sync of its own. A resumed run says where it resumed.
     Returns the seconds trained, earlier sessions' included."""
     first = done[0].step
+    if first:
+        note(f"{label}: resumed at step {first} of {cfg.steps}", progress)
     running = None if done[0].running is None else torch.stack([d.running for d in done])
     bar = progress_bar(cfg.steps, label, progress, unit="step")
     bar.update(first)
+    beat, loss_note = heartbeat(cfg.steps, label, progress, start=first), ""
     start, saved_at = time.perf_counter() - max(d.seconds for d in done), _clock()
     for step in range(first + 1, min(cfg.steps, stop_after or cfg.steps) + 1):
         if cfg.schedule != "constant":
@@ -378,13 +383,16 @@ def run_loop(cfg: TrainConfig, optimizer: torch.optim.Optimizer, step_once, done
             for tracker, value in zip(trackers or [], values, strict=False):
                 if tracker is not None:
                     tracker.log(step, {"train/loss": value})
-            bar.set_postfix_str(f"loss {values[0]:.2e}" if len(values) == 1
-                                else f"loss {min(values):.2e}–{max(values):.2e}", refresh=False)
+            loss_note = (f"loss {values[0]:.2e}" if len(values) == 1
+                         else f"loss {min(values):.2e}–{max(values):.2e}")
+            bar.set_postfix_str(loss_note, refresh=False)
             bar.update(step - bar.n)
+        beat.update(step, loss_note)
         if save is not None and (step == cfg.steps or _clock() - saved_at >= checkpoint_seconds):
             save(step, running, time.perf_counter() - start)
             saved_at = _clock()
     bar.close()
+    beat.close()
     return time.perf_counter() - start
 
 

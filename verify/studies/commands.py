@@ -49,6 +49,7 @@ otherwise the committed cpu-scale store shipped with the package.
 
 from __future__ import annotations
 
+import contextlib
 import shlex
 import sys
 import time
@@ -141,25 +142,19 @@ def _run_study(name: str, scale: str, out: Path, *, engine: str = "ray", address
         with RunStore(out / "study.sqlite") as store:
             bar = cli.progress(len(runs), f"{study} ({scale})", progress, unit="run")
             bar.update(len(runs) - len(pending))
+            # Off a terminal, a line now and then; the ticker speaks during a long run too.
+            beat = cli.heartbeat(len(runs), f"{study} ({scale})", progress, unit="run",
+                                 start=len(runs) - len(pending), tick=True)
             execute = ray_engine if engine == "ray" else serial
             execution = Execution("cuda" if gpus_per_run > 0 else "cpu", gpus_per_run, checkpoint_minutes,
                                   pack, tuple(log or ()), study)
             start = time.perf_counter()
-            for run, result in execute(pending, out, execution,
-                                       lambda run: store.start(run.key, study, scale, run.config)):
-                code = dict(version=result["version"], fingerprint=result["fingerprint"])
-                if result["status"] == "done":
-                    store.finish(run.key, result["report"], result["seconds"], behaviour=result["behaviour"],
-                                 **code)
-                    counts["done"] += 1
-                    # None: the family has no construction to violate (the preference grid).
-                    # (A program with no construction reports none.)
-                    counts["violated"] += result["report"].get("construction_within_certificate") is False
-                else:
-                    store.fail(run.key, result["error"], result["seconds"], **code)
-                    counts["failed"] += 1
-                bar.set_postfix_str(f"{counts['failed']} failed", refresh=False)
-                bar.update(1)
+            with cli.interrupt_note(lambda: f"rerun the same command to resume: "
+                                            f"{n_done + counts['done']} of {len(runs)} done"), \
+                    contextlib.closing(beat):
+                _collect(execute(pending, out, execution,
+                                 lambda run: store.start(run.key, study, scale, run.config)),
+                         store, counts, bar, beat)
             bar.close()
             counts["seconds"] = time.perf_counter() - start
     finally:
@@ -168,6 +163,25 @@ def _run_study(name: str, scale: str, out: Path, *, engine: str = "ray", address
 
             ray.shutdown()
     return dict(study=study, scale=scale, store=str(out / "study.sqlite"), engine=engine, **counts)
+
+
+def _collect(results, store, counts: dict, bar, beat) -> None:
+    """Commit each run's result as the engine yields it, count it, and show the count."""
+    for run, result in results:
+        code = dict(version=result["version"], fingerprint=result["fingerprint"])
+        if result["status"] == "done":
+            store.finish(run.key, result["report"], result["seconds"], behaviour=result["behaviour"], **code)
+            counts["done"] += 1
+            # None: the family has no construction to violate (the preference grid).
+            # (A program with no construction reports none.)
+            counts["violated"] += result["report"].get("construction_within_certificate") is False
+        else:
+            store.fail(run.key, result["error"], result["seconds"], **code)
+            counts["failed"] += 1
+        bar.set_postfix_str(f"{counts['failed']} failed", refresh=False)
+        bar.update(1)
+        # A disabled bar counts nothing: the heartbeat counts from where it started.
+        beat.update(beat.k + 1, f"{counts['failed']} failed" if counts["failed"] else "")
 
 
 
