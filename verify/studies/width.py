@@ -12,9 +12,15 @@ study's runs (a ladder of MLP widths at each M) this module computes:
   and its first crossing used;
 - per M, each seed's w*, their geometric mean, and an interval over seeds (min–max for one
   or two seeds, a 95% t-interval on log w* for three or more: `seed_interval` says which);
-- the slope of log w* on log M by least squares over the seed means: one point per M whose
-  every seed reached w* (`_fit_of`), with its 95% interval (t, n_M − 2 degrees of freedom:
-  `fit_slope`), so seeds of one M are not counted as independent points;
+- the slope of log w* on log M over every seed (issue 43): each seed's w* exact where the runs
+  that set it trained to R² 0.99, else an interval (`seed_observation`): a step-limited crossing
+  (those runs did not converge, or a longer run of the same seed crossed lower: more steps never
+  need more width) is censored to (floor, w*], floor the widest rung a converged run left short
+  or 0; below the ladder (0, first rung]; never reached (widest rung, ∞). The fit is
+  `censored_slope` (interval-censored maximum likelihood; the t-interval when all are exact), so
+  no M is dropped for one censored seed;
+- the slope intervals, w* and n*, Bonferroni over the m fits that give a verdict: each at
+  1 − 0.05/m, the verdicts 95% family-wise (`bonferroni`);
 - the construction's hidden units at a matched ε, its 1/√ε-term and its M-term apart
   (`construction_units`), and two memorisers with their slopes over the same M: one unit
   per (task, teacher unit), width ∝ tasks (→ K), and one whose weights, ∝ width² at a fixed
