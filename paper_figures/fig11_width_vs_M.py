@@ -42,7 +42,9 @@ def _shown(entries: list[dict]) -> list[dict]:
 def _fit_label(fit: dict) -> str:
     if fit["status"] != "fitted":
         return "slope: too few points"
-    return f"slope {fit['slope']:.2f} [{fit['lo']:.2f}, {fit['hi']:.2f}]"
+    # A censored fit's side the data do not bound is None (verify.studies.width.censored_slope).
+    lo, hi = (f"{x:.2f}" if x is not None else "∞" for x in (fit["lo"], fit["hi"]))
+    return f"slope {fit['slope']:.2f} [{'−' if lo == '∞' else ''}{lo}, {hi}]"
 
 
 def needed_rows(panel: str, entry: dict, series: str, scale: float = 1.0) -> list[dict]:

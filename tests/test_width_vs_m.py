@@ -222,15 +222,17 @@ def test_the_analysis_finds_the_planted_w_star_per_m_and_each_depths_slope():
         assert r["seeds"] == 3 and r["kind"] == "95% t-interval on log w over seeds"
         assert r["lo"] <= r["mean"] <= r["hi"]
         assert r["mean"] == pytest.approx(r["M"], rel=0.2)  # c = 1, beta = 1, small noise
-    # One point per M (the seeds' geometric mean): 7 points, n − 2 = 5 degrees of freedom.
-    assert rows[2]["fit"]["lo"] <= 1.0 <= rows[2]["fit"]["hi"] and rows[2]["fit"]["n"] == 7
-    means = [r["mean"] for r in rows[2]["per_M"]]
-    assert rows[2]["fit"]["slope"] == pytest.approx(stats.linregress(np.log(MS), np.log(means)).slope)
+    # Every seed is a point (issue 43): 21, the unconverged seed at M = 8 censored to (0, w*].
+    assert rows[2]["fit"]["lo"] <= 1.0 <= rows[2]["fit"]["hi"] and rows[2]["fit"]["n"] == 21
+    assert rows[2]["fit"]["censored"] == 1 and rows[2]["per_M"][2]["per_seed"][1]["observed"]["lo"] == 0
     memo = rows[2]["memorisation_slope"]
-    assert rows[2]["verdict"]["short"] == f"0 < slope < {memo:.2f} at 95%"  # 1 and memo / 2 are inside
-    # Depth 4's w* = 0.05·M^2.5 is below the ladder (w* < 2) at the smallest M: left out of the fit.
-    assert rows[4]["per_M"][0]["upper_bound"] and rows[4]["fit"]["Ms"][0] > 4
-    assert rows[4]["verdict"]["short"] == f"{rows[4]['memorisation_slope']:.2f} < slope at 95%"
+    # Two fits give a verdict: each interval at 1 − 0.05/2, the verdict family-wise.
+    assert a["family"]["m"] == 2 and rows[2]["fit"]["confidence"] == pytest.approx(0.975)
+    # 21 seeds (19 dof), not 7 means (5): narrow enough to exclude memo / 2, with 1 inside.
+    assert rows[2]["verdict"]["short"] == f"{memo / 2:.2f} < slope < {memo:.2f} at 95% family-wise"
+    # Depth 4's w* = 0.05·M^2.5 is below the ladder (w* < 2) at the smallest M: kept, left-censored.
+    assert rows[4]["per_M"][0]["upper_bound"] and rows[4]["fit"]["Ms"][0] == 4
+    assert rows[4]["verdict"]["short"] == f"{rows[4]['memorisation_slope']:.2f} < slope at 95% family-wise"
     fitted = rows[4]["fit"]["Ms"]
     assert rows[4]["memorisation_slope"] == pytest.approx(
         width.curve_slope(fitted, [width.memorisation_units(M, 2, 4) for M in fitted]))
@@ -260,9 +262,9 @@ def test_the_training_tasks_needed_come_from_the_held_out_ladder_at_the_widest_r
 def test_the_in_distribution_criterion_reads_the_training_side_not_the_held_out_one():
     """Training R² planted at slope 2 (a memoriser's), held-out R² at slope 1: each criterion
     finds its own, and the in-distribution one adds no training-tasks ladder."""
-    pts = points({2: (1.0, 1.0)}, MS, [2, 4, 8, 16, 32, 64, 128, 256, 512], seeds=[1], held_outs=(0.25, 0.5))
-    for p in pts:
-        p["train_r2"] = 0.99 + 0.04 * (math.log(p["width"]) - 2 * math.log(p["M"]) + math.log(4))
+    pts = points({2: (1.0, 1.0)}, MS, [2.0**k for k in range(-2, 10)], seeds=[1], held_outs=(0.25, 0.5))
+    for p in pts:  # w* = M²/128: the held-out crossings (w* = M) rest on runs trained to 0.99
+        p["train_r2"] = 0.99 + 0.04 * (math.log(p["width"]) - 2 * math.log(p["M"]) + math.log(128))
     a = width.analyse(pts, criteria=[Criterion("r2", 0.95), Criterion("train_r2", 0.99)])
     fits = {(w["metric"], w["held_out"]): w["fit"] for w in a["widths"]}
     assert fits[("r2", 0.25)]["slope"] == pytest.approx(1.0, abs=0.05)
@@ -270,15 +272,16 @@ def test_the_in_distribution_criterion_reads_the_training_side_not_the_held_out_
     assert [w["metric"] for w in a["tasks"]] == ["r2"]
     # Convergence is the training fit itself there: not asked, never counted as met or missed.
     unconverged = {w["metric"]: w["unconverged"] for w in a["widths"] if w["held_out"] == 0.25}
-    assert unconverged["train_r2"] is None and unconverged["r2"] > 0  # narrow rungs planted short of 0.99
+    assert unconverged["train_r2"] is None and unconverged["r2"] == 0
     text = width.format_analysis(a)
     assert "in-distribution R² ≥ 0.99" in text and "n/a (the training fit itself)" in text
 
 
 def test_runs_of_another_length_are_the_longer_run_check_not_rungs_of_the_ladder():
     """Twice-as-long twins of two rungs: one crosses the threshold only with the extra steps
-    (its shortfall was steps), the other does not (width). Neither moves w*, which rests on
-    the main-length runs alone; a longer run with no twin is counted, not matched."""
+    (its shortfall was steps), the other does not (width). Neither moves the table's w*, which
+    rests on the main-length runs alone; the one that crosses lower makes the fit's observation
+    of that seed censored below it (issue 43); a longer run with no twin is counted, not matched."""
     pts = points({2: (1.0, 1.0)}, [4, 8, 16], [2, 4, 8, 16, 32], seeds=[1])
     for p in pts:
         p["steps"] = 100
@@ -291,7 +294,15 @@ def test_runs_of_another_length_are_the_longer_run_check_not_rungs_of_the_ladder
     orphan = dict(pts[0], width=64, steps=200)
     a = width.analyse([*pts, crosses, stays, orphan], criteria=[Criterion("r2", 0.95)])
     assert a["steps"] == 100 and a["runs"] == len(pts)
-    assert a["widths"][0]["per_M"] == main["widths"][0]["per_M"]
+    def table(rows):
+        return [r | dict(per_seed={s: {k: v for k, v in n.items() if k != "observed"}
+                                   for s, n in r["per_seed"].items()}) for r in rows]
+
+    assert table(a["widths"][0]["per_M"]) == table(main["widths"][0]["per_M"])
+    observed = {r["M"]: r["per_seed"][1]["observed"] for r in a["widths"][0]["per_M"]}
+    assert observed[8] == dict(lo=0.0, hi=4.0, exact=False, steps=200,
+                               why="crossed lower at 200 steps (its first rung): left-censored")
+    assert observed[16]["exact"] and observed[16]["steps"] == 100
     check = a["longer_run_check"]
     assert (check["longer"], check["crossed"], check["unmatched"]) == (2, 1, 1)
     (x,) = [x for x in check["pairs"] if x["M"] == 8]
@@ -370,9 +381,10 @@ def test_the_report_and_figure_of_a_hand_made_store_show_the_planted_w_star(here
         w = by[(0.25, depth, "held-out R² ≥ 0.95")]
         assert [r["mean"] for r in w["per_M"]] == pytest.approx([c * M**beta for M in (3, 4, 6)], rel=1e-9)
         assert w["fit"]["slope"] == pytest.approx(beta, abs=1e-9) and w["fit"]["n"] == 3
-    assert by[(0.25, 2, "held-out R² ≥ 0.95")]["verdict"]["short"] == "1 < slope < 1.81 at 95%"  # β = 1.5
+    assert by[(0.25, 2, "held-out R² ≥ 0.95")]["verdict"]["short"] == "1 < slope < 1.81 at 95% family-wise"
     sqrt_memo = by[(0.25, 4, "held-out R² ≥ 0.95")]["sqrt_memorisation_slope"]  # 0.90 over M 3–6
-    assert by[(0.25, 4, "held-out R² ≥ 0.95")]["verdict"]["short"] == f"0 < slope < {sqrt_memo:.2f} at 95%"
+    assert by[(0.25, 4, "held-out R² ≥ 0.95")]["verdict"]["short"] == (
+        f"0 < slope < {sqrt_memo:.2f} at 95% family-wise")
     assert by[(0.25, 2, "held-out R² ≥ 0.99")]["per_M"][-1]["status"] == "not reached by 1 of 1 seeds"
     # `report` prints it below the effects table, and --json carries it.
     assert study.main(["report", STUDY, "--scale", "smoke"]) == 0
@@ -477,3 +489,67 @@ def test_the_censored_fit_says_too_few_points_and_when_the_intervals_do_not_pin_
     # One censored point among pinned ones: fitted, with a wide interval.
     few = width.censored_slope([4, 8, 16, 32], [(2, 4), (4, 8), (8, 16), (128, math.inf)])
     assert few["status"] == "fitted" and few["lo"] < few["slope"] < few["hi"] and few["censored"] == 1
+
+
+# ----------------------------------------------------------------------------- issue 43: censored w*, family
+
+def planted_ladder(seeds=(1, 2, 3)):
+    """w* = M (held-out R² 0.95) on a ladder 2–256, small noise, every run trained to 0.995."""
+    return points({2: (1.0, 1.0)}, MS, [2.0**k for k in range(1, 9)], seeds=list(seeds), noise=0.05)
+
+
+def test_an_m_whose_seed_never_reaches_stays_in_the_w_star_fit_right_censored():
+    pts = planted_ladder()
+    for p in pts:  # seed 3 at the largest M never reaches R² 0.95 inside the ladder
+        if (p["M"], p["seed"]) == (32, 3):
+            p["r2"] -= 0.5
+    (w,) = width.analyse(pts, criteria=[Criterion("r2", 0.95)])["widths"]
+    assert w["per_M"][-1]["mean"] is None  # the table's cell: not reached by 1 of 3
+    assert w["per_M"][-1]["per_seed"][3]["observed"] == dict(lo=256.0, hi=None, exact=False, steps=None,
+                                                             why="not reached: right-censored")
+    fit = w["fit"]
+    assert (fit["n"], fit["n_M"], fit["censored"], fit["Ms"][-1]) == (21, 7, 1, 32)
+    # Its seed needs more than 256 (planted far above): it pulls the slope up, inside the interval.
+    assert fit["lo"] <= 1.0 <= fit["hi"] and abs(fit["slope"] - 1.0) < 0.3
+
+
+def test_a_step_limited_crossing_is_censored_not_exact():
+    pts = planted_ladder()
+    for p in pts:  # seed 1 at M = 32 stops short of training R² 0.99: its crossing is step-limited
+        if (p["M"], p["seed"]) == (32, 1):
+            p["train_r2"] = 0.9
+            p["r2"] -= 0.04  # and crosses late, at twice the planted width
+    (w,) = width.analyse(pts, criteria=[Criterion("r2", 0.95)])["widths"]
+    seed = w["per_M"][-1]["per_seed"][1]
+    assert seed["converged"] is False and w["per_M"][-1]["unconverged"] == 1
+    assert seed["observed"] == dict(lo=0.0, hi=pytest.approx(seed["width"]), exact=False, steps=None,
+                                    why="step-limited (unconverged): censored")
+    assert w["fit"]["censored"] == 1
+    # Taken as exact, the late crossing pulls the slope up; censored, it only bounds w*(32) above.
+    exact = [(r["M"], (n["width"], n["width"])) for r in w["per_M"] for n in r["per_seed"].values()]
+    as_exact = width.censored_slope([m for m, _ in exact], [iv for _, iv in exact], w["fit"]["confidence"])
+    assert as_exact["slope"] > w["fit"]["slope"] + 0.02
+    assert w["fit"]["lo"] <= 1.0 <= w["fit"]["hi"]
+
+
+def test_the_slope_intervals_are_bonferroni_over_the_fits_that_give_a_verdict():
+    for m in (1, 3, 8):
+        assert width.bonferroni(m)["each"] == pytest.approx(1 - 0.05 / m, rel=1e-15)
+    assert width.bonferroni(3)["text"].startswith(
+        "95% family-wise, Bonferroni over 3 fits: each at 1 − 0.05/3")
+    pts = points({2: (1.0, 1.0), 4: (1.5, 0.5)}, MS, [2.0**k for k in range(1, 9)], seeds=[1, 2], noise=0.05)
+    # Two criteria × two depths; RMSE ≤ 0 is never reached: too few points, no verdict.
+    a = width.analyse(pts, criteria=[Criterion("r2", 0.95), Criterion("rmse", 0.1), Criterion("rmse", 0.0)])
+    fitted = [w for w in a["widths"] if w["fit"]["status"] == "fitted"]
+    assert len(a["widths"]) == 6 and len(fitted) == 4 and a["family"]["m"] == 4
+    assert all(w["fit"]["confidence"] == pytest.approx(1 - 0.05 / 4) for w in a["widths"])
+    assert all(w["verdict"]["short"].endswith("at 95% family-wise") or w["verdict"]["call"] == "inconclusive"
+               for w in fitted)
+    line = "95% family-wise, Bonferroni over 4 fits: each at 1 − 0.05/4 = 98.75%"
+    assert line in width.format_analysis(a) and line in width.format_analysis(a, compact=True)
+    # The interval at 1 − 0.05/4 is the wider one: the same fit at 95% sits inside it.
+    w = fitted[0]
+    observed = [(r["M"], (n["observed"]["lo"], n["observed"]["hi"])) for r in w["per_M"]
+                for n in r["per_seed"].values()]
+    plain = width.censored_slope([m for m, _ in observed], [iv for _, iv in observed])
+    assert w["fit"]["lo"] < plain["lo"] < plain["hi"] < w["fit"]["hi"]

@@ -12,9 +12,15 @@ study's runs (a ladder of MLP widths at each M) this module computes:
   and its first crossing used;
 - per M, each seed's w*, their geometric mean, and an interval over seeds (min–max for one
   or two seeds, a 95% t-interval on log w* for three or more: `seed_interval` says which);
-- the slope of log w* on log M by least squares over the seed means: one point per M whose
-  every seed reached w* (`_fit_of`), with its 95% interval (t, n_M − 2 degrees of freedom:
-  `fit_slope`), so seeds of one M are not counted as independent points;
+- the slope of log w* on log M over every seed (issue 43): each seed's w* exact where the runs
+  that set it trained to R² 0.99, else an interval (`seed_observation`): a step-limited crossing
+  (those runs did not converge, or a longer run of the same seed crossed lower: more steps never
+  need more width) is censored to (floor, w*], floor the widest rung a converged run left short
+  or 0; below the ladder (0, first rung]; never reached (widest rung, ∞). The fit is
+  `censored_slope` (interval-censored maximum likelihood; the t-interval when all are exact), so
+  no M is dropped for one censored seed;
+- the slope intervals, w* and n*, Bonferroni over the m fits that give a verdict: each at
+  1 − 0.05/m, the verdicts 95% family-wise (`bonferroni`);
 - the construction's hidden units at a matched ε, its 1/√ε-term and its M-term apart
   (`construction_units`), and two memorisers with their slopes over the same M: one unit
   per (task, teacher unit), width ∝ tasks (→ K), and one whose weights, ∝ width² at a fixed
@@ -263,35 +269,42 @@ def fit_slope(M, w, confidence: float = CONFIDENCE) -> dict:
 
 def censored_slope(M, intervals, confidence: float = CONFIDENCE) -> dict:
     """The slope of log n* on log M when each n* is known only as an interval (a ladder's
-    bracketing rungs; (0, first rung] below the ladder; (last rung, ∞) not reached): the
-    maximum-likelihood fit of log n* = a + b·log M + σ·ε, ε ~ N(0, 1), whose likelihood of an
-    observation is Φ((log hi − μ)/σ) − Φ((log lo − μ)/σ) (interval censoring). Seeds that never
-    reach the threshold are kept as right-censored, not dropped. Interval: the profile
-    likelihood's, {b : ℓ_max − ℓ_profile(b) ≤ drop}, found by bisection (None on a side where
-    the likelihood never drops that far: the data do not bound it), with the drop that makes
-    it the exact t-interval when nothing is censored. Needs ≥ 3 distinct M and at least two
-    observations with a finite upper end."""
-    from scipy import optimize, stats
+    bracketing rungs; (0, first rung] below the ladder; (last rung, ∞) not reached) or exactly
+    (lo == hi: a w* interpolated on a ladder that converged): the maximum-likelihood fit of
+    log n* = a + b·log M + σ·ε, ε ~ N(0, 1), whose likelihood of an interval is
+    Φ((log hi − μ)/σ) − Φ((log lo − μ)/σ) (interval censoring) and of an exact value its normal
+    density (the Tobit form). Seeds that never reach the threshold are kept as right-censored,
+    not dropped. Interval: the profile likelihood's, {b : ℓ_max − ℓ_profile(b) ≤ drop}, found by
+    bisection (None on a side where the likelihood never drops that far: the data do not bound
+    it), with the drop that makes it the exact t-interval when every value is exact. Needs ≥ 3
+    distinct M and at least two observations with a finite upper end."""
+    from scipy import optimize, special, stats
 
     obs = [(m.item() if isinstance(m, np.generic) else m, float(lo), float(hi))
            for m, (lo, hi) in zip(M, intervals, strict=True)
-           if lo is not None and hi is not None and hi > lo >= 0]
+           if lo is not None and hi is not None and (hi > lo >= 0 or 0 < lo == hi < math.inf)]
     n, distinct = len(obs), len({m for m, _, _ in obs})
     base = dict(n=n, n_M=distinct, confidence=confidence, method="interval-censored maximum likelihood",
                 censored=sum(math.isinf(hi) or lo == 0 for _, lo, hi in obs),
-                Ms=sorted({m for m, _, _ in obs}))
+                exact=sum(lo == hi for _, lo, hi in obs), Ms=sorted({m for m, _, _ in obs}))
     if distinct < 3 or sum(math.isfinite(hi) for _, _, hi in obs) < 2:
         return base | dict(status="too few points", slope=None, lo=None, hi=None,
                            reason=f"{n} observations at {distinct} distinct M; the fit needs three M "
                                   "and two with a finite upper end")
+    if base["exact"] == n:  # nothing censored: the ordinary regression, which this fit would reproduce
+        return fit_slope([m for m, _, _ in obs], [hi for _, _, hi in obs], confidence) | base
     x = np.log([float(m) for m, _, _ in obs])
     lo_log = np.array([math.log(lo) if lo > 0 else -np.inf for _, lo, _ in obs])
     hi_log = np.array([math.log(hi) if math.isfinite(hi) else np.inf for _, _, hi in obs])
+    exact = lo_log == hi_log
 
-    def loglik(a, b, log_s):
+    def loglik(a, b, log_s):  # special.ndtr, not stats.norm.cdf: the same Φ at a tenth of the call cost
         mu, s = a + b * x, math.exp(log_s)
-        p = stats.norm.cdf((hi_log - mu) / s) - stats.norm.cdf((lo_log - mu) / s)
-        return float(np.sum(np.log(np.maximum(p, 1e-300))))
+        p = special.ndtr((hi_log - mu) / s) - special.ndtr((lo_log - mu) / s)
+        # An exact value's normal log density on log n* (its Jacobian 1/n* is a constant of the data).
+        z = (hi_log[exact] - mu[exact]) / s
+        dens = -0.5 * z * z - 0.5 * math.log(2 * math.pi) - log_s
+        return float(np.sum(np.log(np.maximum(p[~exact], 1e-300))) + np.sum(dens))
 
     def best_given(b, start):
         fit = optimize.minimize(lambda t: -loglik(t[0], b, t[1]), start, method="Nelder-Mead",
@@ -305,7 +318,12 @@ def censored_slope(M, intervals, confidence: float = CONFIDENCE) -> dict:
                              method="Nelder-Mead", options=dict(xatol=1e-10, fatol=1e-12, maxiter=40000))
     a_hat, b_hat, log_s_hat = full.x
     l_max = -full.fun
-    if l_max > -1e-6 * n:  # every interval met with probability → 1: σ → 0, the slope is not pinned
+    if exact.any() and log_s_hat < math.log(1e-6):
+        # The exact values lie on a line that meets every interval too (σ → 0): the slope is theirs.
+        on_line = [(m, hi) for m, lo, hi in obs if lo == hi]
+        return fit_slope([m for m, _ in on_line], [v for _, v in on_line], confidence) | base
+    # Every interval met with probability → 1: σ → 0 and the slope is not pinned.
+    if not exact.any() and l_max > -1e-6 * n:  # (a density can exceed 1: only intervals here)
         return base | dict(status="not identified", slope=None, lo=None, hi=None,
                            reason="a line meets every observation's interval exactly (σ → 0): the "
                                   "intervals do not pin the slope")
@@ -368,8 +386,9 @@ def verdict(fit: dict, memorising_slope: float, sqrt_slope: float | None = None,
     above = [(name, v) for name, v in refs if sides[name].startswith(">")]
     flags = dict(excludes_linear=bool(lo > 1.0), excludes_memorising=bool(hi < memorising_slope),
                  excludes_sqrt_memorising=None if sqrt_slope is None else bool(hi < sqrt_slope))
-    pct = f"{fit['confidence']:.0%}"
-    span = f"slope {fit['slope']:.2f}, {pct} interval [{_end(lo)}, {_end(hi)}]"
+    # A fit in a family (analyse): the verdict holds at the family-wise level, its interval at its own.
+    pct = f"{fit['family_wise']:.0%} family-wise" if fit.get("family_wise") else f"{fit['confidence']:.0%}"
+    span = f"slope {fit['slope']:.2f}, {_level(fit['confidence'])} interval [{_end(lo)}, {_end(hi)}]"
     def num(v: float) -> str:  # 0 and 1 exactly, a baseline's slope to 2 decimals
         return f"{v:g}" if v in (0.0, 1.0) else f"{v:.2f}"
 
@@ -497,11 +516,13 @@ def _converged_at(ladder: list[dict], axis: str, needed: Needed, converged_r2: f
 
 
 def _needed_table(ladders: dict, axis: str, criterion: Criterion, group: tuple,
-                  converged_r2: float) -> list[dict]:
+                  converged_r2: float, longer: dict | None = None, main: int | None = None) -> list[dict]:
     """Per M of one group (its settings but M): each seed's w* (or n*), whether the runs that
     set it converged, and their summary over seeds. For the in-distribution criterion, whose
     metric is the training fit itself, the rung below w* is short of it by definition: there
-    convergence is not asked (None); the longer-run check says whether steps or width limit."""
+    convergence is not asked (None); the longer-run check says whether steps or width limit.
+    Each seed's `observed` is where the fit puts it (seed_observation, with the `longer` runs'
+    ladders of the same settings and seed; ∞ written None)."""
     rows = []
     ask = criterion.metric != "train_r2"
     for key in sorted(k for k in ladders if k[:-1] == group):
@@ -510,10 +531,30 @@ def _needed_table(ladders: dict, axis: str, criterion: Criterion, group: tuple,
         converged = {s: _converged_at(seeds[s], axis, n, converged_r2) if ask else None
                      for s, n in needed.items()}
         per_seed = {s: n.as_dict() | dict(converged=converged[s]) for s, n in needed.items()}
+        if longer is not None:  # the w* fit's observations (n*'s takes each ladder's interval)
+            for s in per_seed:
+                lengths = _by_length(seeds[s], longer.get(key, {}).get(s, []), main)
+                observed = seed_observation(lengths, main, axis, criterion, converged_r2)
+                per_seed[s]["observed"] = _plain(observed)
         unconverged = sum(c is False for c in converged.values()) if ask else None
         rows.append(dict(M=key[-1], per_seed=per_seed, **summarise_seeds(list(needed.values())),
                          unconverged=unconverged))
     return rows
+
+
+def _by_length(ladder: list[dict], longer: list[dict], main: int | None) -> dict:
+    """One seed's ladder at each run length: the main one and the longer-run check's."""
+    out = {main: ladder}
+    for p in longer:
+        out.setdefault(p["steps"], []).append(p)
+    return out
+
+
+def _plain(observed: dict | None) -> dict | None:
+    """An observation as plain data (JSON): an open upper end as None."""
+    if observed is None:
+        return None
+    return observed | dict(hi=None if math.isinf(observed["hi"]) else observed["hi"])
 
 
 def _count_unconverged(rows: list[dict]) -> int | None:
@@ -521,13 +562,59 @@ def _count_unconverged(rows: list[dict]) -> int | None:
     return None if any(c is None for c in counts) else sum(counts)
 
 
-def _fit_of(rows: list[dict]) -> dict:
-    """The slope over the M whose every seed reached the value on the ladder (not an upper
-    bound): one point per M, its geometric mean over seeds, so the interval's n − 2 degrees
-    of freedom count values of M, and the seeds' spread is in the residuals (seeds of one M
-    are not independent points of the fit)."""
-    pairs = [(r["M"], r["mean"]) for r in rows if r["mean"] is not None and r.get("status") == REACHED]
-    return fit_slope([m for m, _ in pairs], [w for _, w in pairs])
+def _floor(lengths: dict, axis: str, criterion: Criterion, below: float, converged_r2: float) -> float:
+    """The widest rung under `below` that some run, trained to `converged_r2`, left short of the
+    threshold: there width, not steps, fell short, so w* lies above it; 0 when no such run."""
+    short = [float(p[axis]) for pts in lengths.values() for p in pts
+             if float(p[axis]) < below and p[criterion.metric] is not None
+             and math.isfinite(p[criterion.metric]) and not criterion.reaches(p[criterion.metric])
+             and p["train_r2"] is not None and p["train_r2"] >= converged_r2]
+    return max(short, default=0.0)
+
+
+def seed_observation(lengths: dict[int, list[dict]], main: int, axis: str, criterion: Criterion,
+                     converged_r2: float) -> dict | None:
+    """Where one seed's runs put w* at adequate steps, for the fit: `lengths` maps each run
+    length to that seed's ladder at it (the study's `main` length and any longer-run check).
+    More steps never need more width, so each length's crossing bounds w* above and the
+    smallest is used (a longer run's where it crosses lower, `steps` says). The value is exact
+    (lo == hi) when the runs that set it trained to `converged_r2`; a step-limited one (those
+    runs did not, or a longer run crossed lower) is censored to (floor, w*], floor the widest
+    rung a converged run left short (_floor) or 0. Below the ladder: (0, first rung]; never
+    reached: (floor, ∞), right-censored at the widest rung that converged short (None: no such
+    rung, nothing known). The in-distribution criteria, whose metric is the training fit
+    itself, ask no convergence: a longer run alone can show them step-limited, and their
+    right-censoring is at the ladder's last rung."""
+    ask = criterion.metric != "train_r2"
+    found = {n: _needed_on(pts, axis, criterion) for n, pts in lengths.items()}
+    crossings = [(nd.width, n) for n, nd in found.items() if nd.status in (REACHED, BELOW)]
+    if not crossings:
+        last = found[main].last
+        lo = _floor(lengths, axis, criterion, math.inf, converged_r2) if ask else last
+        if not lo:
+            return None
+        return dict(lo=lo, hi=math.inf, exact=False, steps=main, why="not reached: right-censored")
+    w, steps = min(crossings)
+    nd = found[steps]
+    if nd.status == BELOW:
+        where = "below the ladder" if steps == main else f"crossed lower at {steps} steps (its first rung)"
+        return dict(lo=0.0, hi=w, exact=False, steps=steps, why=f"{where}: left-censored")
+    limited = steps != main or (ask and not _converged_at(lengths[steps], axis, nd, converged_r2))
+    if not limited:
+        return dict(lo=w, hi=w, exact=True, steps=steps, why="exact")
+    why = (f"crossed lower at {steps} steps" if steps != main else "step-limited (unconverged)")
+    return dict(lo=_floor(lengths, axis, criterion, w, converged_r2), hi=w, exact=False, steps=steps,
+                why=f"{why}: censored")
+
+
+def _censored_fit(rows: list[dict], confidence: float) -> dict:
+    """The slope over every seed's observation (seed_observation): exact or censored, so an M
+    with a seed short of the threshold, below the ladder or step-limited stays in the fit.
+    `censored` counts the seeds known only as an interval."""
+    observed = [(r["M"], (o["lo"], math.inf if o["hi"] is None else o["hi"])) for r in rows
+                for o in (n["observed"] for n in r["per_seed"].values()) if o]
+    fit = censored_slope([m for m, _ in observed], [iv for _, iv in observed], confidence)
+    return fit | dict(censored=fit["n"] - fit["exact"])
 
 
 def split_steps(points: list[dict]) -> tuple[list[dict], list[dict], int | None]:
@@ -598,8 +685,18 @@ def analyse(points: list[dict], criteria=CRITERIA, norms: dict[int, float] | Non
     construction = [] if norms is None else _construction(criteria, Ms, seeds, (I, H, K), norms, output_sd)
     memorisation = _memorisation(Ms, K, H)
     ladders = _ladders(points, "width")
-    widths = _width_fits(points, ladders, criteria, Ms, (H, K), construction, converged_r2)
-    tasks = _task_fits(points, criteria, Ms, K, converged_r2)
+    longer = _ladders(other, "width")
+
+    def fits(family: dict):
+        return (_width_fits(points, (ladders, longer, steps), criteria, Ms, (H, K), construction,
+                            converged_r2, family),
+                _task_fits(points, criteria, Ms, K, converged_r2, family))
+
+    widths, tasks = fits(bonferroni(1))
+    family = bonferroni(sum(f["fit"]["status"] == "fitted" for f in [*widths, *tasks]))
+    if family["m"] > 1:  # the statuses do not depend on the level: only the intervals are redone
+        widths, tasks = fits(family)
+        notes.append(family["text"])
     if not tasks:
         notes.append("training tasks needed: the runs vary no held-out fraction at a fixed width and M")
     unconverged = [p for p in points if p["train_r2"] is None or p["train_r2"] < converged_r2]
@@ -607,16 +704,40 @@ def analyse(points: list[dict], criteria=CRITERIA, norms: dict[int, float] | Non
         notes.append(f"{len(unconverged)} of {len(points)} runs did not converge (training R² < "
                      f"{converged_r2}); column `unconverged`: how many w* rest on such a run (the rungs "
                      "that set it), where the width may stand in for too few steps")
-    notes.append("w*: width of each of the `depth` hidden layers; the fit uses each M's geometric mean over "
-                 "seeds where every seed reached w* inside the ladder (not an upper bound); the construction "
-                 "and the memoriser are hidden units in all, the √-memoriser a width")
+    notes.append("w*: width of each of the `depth` hidden layers; the fit takes every seed "
+                 "(interval-censored maximum likelihood, seed_observation): exact where the runs that set "
+                 "it converged, censored where they did not or a longer run crossed lower ((floor, w*]), "
+                 "below the ladder ((0, first rung]) or never reached ((widest rung, ∞)); the table's cells "
+                 "are the main-length ladders; the construction and the memoriser are hidden units in all, "
+                 "the √-memoriser a width")
     return dict(runs=len(points), steps=steps, longer_run_check=check, teacher=dict(I=I, H=H, O=O, K=K),
-                Ms=Ms, seeds=seeds,
+                Ms=Ms, seeds=seeds, family=family,
                 criteria=[dict(metric=c.metric, threshold=c.threshold, label=c.label,
                                higher_is_better=c.higher_is_better, eps=c.matched_eps(output_sd))
                           for c in criteria],
                 output_sd=output_sd, construction=construction, memorisation=memorisation, widths=widths,
                 tasks=tasks, curves=_curves(ladders), notes=notes)
+
+
+def bonferroni(m: int, confidence: float = CONFIDENCE) -> dict:
+    """The level each of `m` slope intervals takes so that all hold together at `confidence`
+    (Bonferroni: each at 1 − (1 − confidence)/m), and the report's line saying so."""
+    m = max(int(m), 1)
+    each = 1 - (1 - confidence) / m
+    alpha = f"{1 - confidence:g}"
+    return dict(m=m, confidence=confidence, each=each,
+                text=f"{confidence:.0%} family-wise, Bonferroni over {m} fits: each at 1 − {alpha}/{m} "
+                     f"= {_level(each)} (the slope intervals, w* and n*, that give a verdict)")
+
+
+def _family_of(family: dict) -> dict:
+    """What a fit carries of its family: the family-wise level where there is more than one."""
+    return dict(family_wise=family["confidence"], family_m=family["m"]) if family["m"] > 1 else {}
+
+
+def _level(confidence: float) -> str:
+    """A level as a percentage to 4 digits (95%, 99.38%)."""
+    return f"{100 * confidence:.4g}%"
 
 
 def _construction(criteria, Ms, seeds, teacher: tuple[int, int, int], norms, output_sd) -> list[dict]:
@@ -648,11 +769,13 @@ def _memorisation(Ms, K: int, H: int) -> dict:
     return out
 
 
-def _width_fits(points, ladders, criteria, Ms, teacher: tuple[int, int], construction,
-                converged_r2) -> list[dict]:
-    """w*(M) per held-out fraction, depth and criterion, its fit over seed means, and its
-    verdict against the memorisers' slopes over the same M."""
+def _width_fits(points, ladders: tuple, criteria, Ms, teacher: tuple[int, int], construction,
+                converged_r2, family: dict) -> list[dict]:
+    """w*(M) per held-out fraction, depth and criterion, its fit over every seed (_censored_fit)
+    at the `family`'s level, and its verdict against the memorisers' slopes over the same M.
+    `ladders`: the main-length ladders, the longer runs' and the main length."""
     H, K = teacher
+    ladders, longer, main = ladders
 
     def over(fit):
         return fit["Ms"] if fit["status"] == "fitted" else Ms
@@ -665,10 +788,10 @@ def _width_fits(points, ladders, criteria, Ms, teacher: tuple[int, int], constru
                    for s in ladders[k]):
                 continue
             for i, c in enumerate(criteria):
-                rows = _needed_table(ladders, "width", c, (held_out, depth), converged_r2)
+                rows = _needed_table(ladders, "width", c, (held_out, depth), converged_r2, longer, main)
                 if not rows:
                     continue
-                fit = _fit_of(rows)
+                fit = _censored_fit(rows, family["each"]) | _family_of(family)
                 memo = curve_slope(over(fit), [memorisation_units(M, K, H) for M in over(fit)]) or float(K)
                 per = {u["M"]: u["total"] for u in construction[i]["per_M"]} if construction else None
                 widths.append(dict(held_out=held_out, depth=depth, criterion=c.label, metric=c.metric,
@@ -681,7 +804,7 @@ def _width_fits(points, ladders, criteria, Ms, teacher: tuple[int, int], constru
     return widths
 
 
-def _task_fits(points, criteria, Ms, K: int, converged_r2) -> list[dict]:
+def _task_fits(points, criteria, Ms, K: int, converged_r2, family: dict) -> list[dict]:
     """n*(M), the training tasks a held-out criterion needs at the widest rung where the runs
     vary the held-out fraction, by the interval-censored fit, against all tasks' slope."""
     from theory.bounds import n_tasks
@@ -699,7 +822,8 @@ def _task_fits(points, criteria, Ms, K: int, converged_r2) -> list[dict]:
             # observations, not dropped ones: the fit takes each seed's interval.
             observed = [(r["M"], (lo, math.inf if hi is None else hi)) for r in rows
                         for lo, hi in (n["interval"] for n in r["per_seed"].values() if n["interval"])]
-            fit = censored_slope([m for m, _ in observed], [iv for _, iv in observed])
+            fit = censored_slope([m for m, _ in observed], [iv for _, iv in observed],
+                                 family["each"]) | _family_of(family)
             over = fit["Ms"] if fit["status"] == "fitted" else Ms
             all_slope = curve_slope(over, [n_tasks(M, K) for M in over]) or float(K)
             tasks.append(dict(depth=depth, width=width, criterion=c.label, metric=c.metric,
@@ -800,11 +924,11 @@ def format_analysis(a: dict, compact: bool = False) -> str:
     lines += [f"teacher I = {t['I']}, H = {t['H']}, O = {t['O']}, K = {K}; M = {', '.join(map(str, Ms))}; "
               f"seeds {', '.join(map(str, a['seeds']))}; {a['runs']} runs. w*: the width of each hidden "
               "layer at which the held-out metric reaches the threshold (linear in log width between two "
-              "rungs, never extrapolated). Slopes: log w* on log M over each M's geometric mean over "
-              "seeds (where every seed reached it), 95% CI (t, n_M − 2 dof); the baselines' over the same "
+              "rungs, never extrapolated). Slopes: log w* on log M over every seed, exact or censored "
+              f"(interval-censored maximum likelihood), {_family_text(a)}; the baselines' over the same "
               "M (construction: hidden units at the matched ε; memoriser: H·Σ C(M,k), width ∝ tasks, "
               f"→ {K}; √-memoriser: width ∝ √tasks, → {K / 2:g}).", "",
-              "| w* of | depth | held out | slope [95% CI] (points) | construction | √-memoriser | memoriser "
+              "| w* of | depth | held out | slope [CI] (points) | construction | √-memoriser | memoriser "
               "| verdict | unconverged |", "|---|---|---|---|---|---|---|---|---|"]
     for w in a["widths"]:
         lines.append(f"| {w['criterion']} | {w['depth']} | {w['held_out']:g} | {_slope_cell(w['fit'])} | "
@@ -848,6 +972,12 @@ def format_analysis(a: dict, compact: bool = False) -> str:
     return "\n".join(lines)
 
 
+def _family_text(a: dict) -> str:
+    """The level the slope intervals hold at: family-wise where there are several."""
+    family = a.get("family") or bonferroni(1)
+    return family["text"] if family["m"] > 1 else f"{family['confidence']:.0%} CI"
+
+
 def _verdict_lines(a: dict) -> list[str]:
     return ([f"- w*, {w['criterion']}, depth {w['depth']}, held out {w['held_out']:g}: {w['verdict']['text']}"
              for w in a["widths"] if w["fit"]["status"] == "fitted"]
@@ -867,7 +997,8 @@ def _compact(a: dict) -> str:
     lines = [f"teacher I = {t['I']}, H = {t['H']}, O = {t['O']}, K = {t['K']}; "
              f"M = {', '.join(map(str, a['Ms']))}; seeds {', '.join(map(str, a['seeds']))}; "
              f"{a['runs']} runs. "
-             "Slopes of log w* (and log n*) on log M, 95% CI, and what each interval excludes:",
+             f"Slopes of log w* (and log n*) on log M over every seed, {_family_text(a)}, and what each "
+             "interval excludes:",
              *_verdict_lines(a)]
     if unfitted:
         lines.append("- no slope: " + "; ".join(unfitted))
