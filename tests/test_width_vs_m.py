@@ -553,3 +553,18 @@ def test_the_slope_intervals_are_bonferroni_over_the_fits_that_give_a_verdict():
                 for n in r["per_seed"].values()]
     plain = width.censored_slope([m for m, _ in observed], [iv for _, iv in observed])
     assert w["fit"]["lo"] < plain["lo"] < plain["hi"] < w["fit"]["hi"]
+
+
+def test_a_fit_of_one_sided_observations_gives_no_slope():
+    """Crossings known only from above ((0, w*]: step-limited) beside one seed never reached make
+    the likelihood run off a cliff (the cpu store's held-out fits gave −12 to −39 before this
+    rule): without three values bounded on both sides at two M there is no slope."""
+    M = [6, 6, 8, 8, 16, 16, 32, 32]
+    one_sided = [(0.0, 64.0), (256.0, math.inf), (0.0, 32.0), (0.0, 32.0), (0.0, 64.0), (0.0, 48.0),
+                 (0.0, 128.0), (0.0, 96.0)]
+    fit = width.censored_slope(M, one_sided)
+    assert fit["status"] == "not identified" and fit["slope"] is None and "1 of 8" not in fit["reason"]
+    assert fit["reason"].startswith("0 of 8 observations bounded on both sides")
+    # Three two-sided values at two M (and the rest one-sided) are enough to fit.
+    some = [(40.0, 40.0), (32.0, 64.0), *one_sided[2:5], (48.0, 48.0), *one_sided[6:]]
+    assert width.censored_slope(M, some)["status"] == "fitted"

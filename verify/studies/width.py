@@ -291,6 +291,15 @@ def censored_slope(M, intervals, confidence: float = CONFIDENCE) -> dict:
         return base | dict(status="too few points", slope=None, lo=None, hi=None,
                            reason=f"{n} observations at {distinct} distinct M; the fit needs three M "
                                   "and two with a finite upper end")
+    # One-sided observations ((0, w*]: a step-limited crossing; (w, ∞): never reached) only say
+    # where n* is not: with few values bounded on both sides, the likelihood is maximised by a
+    # line that runs off to a cliff between them (slopes of −12 to −39 on the cpu store), and
+    # the profile interval is not calibrated there. A slope needs three two-sided values at two M.
+    two_sided = [(m, lo, hi) for m, lo, hi in obs if lo > 0 and math.isfinite(hi)]
+    if len(two_sided) < 3 or len({m for m, _, _ in two_sided}) < 2:
+        return base | dict(status="not identified", slope=None, lo=None, hi=None,
+                           reason=f"{len(two_sided)} of {n} observations bounded on both sides (the rest "
+                                  "only above or below): a slope needs three of them at two M")
     if base["exact"] == n:  # nothing censored: the ordinary regression, which this fit would reproduce
         return fit_slope([m for m, _, _ in obs], [hi for _, _, hi in obs], confidence) | base
     x = np.log([float(m) for m, _, _ in obs])
