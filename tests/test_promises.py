@@ -149,6 +149,31 @@ def test_help_answers_without_importing_torch(module):
         sorted(imported & {"torch", "scipy.stats", "matplotlib"})
 
 
+ASCII_ENV = {**os.environ, "PYTHONIOENCODING": "ascii"}
+
+
+@pytest.mark.parametrize("module", ["verify.bound", "verify.sweep", "verify.sgd", "verify.bench",
+                                    "verify.kernel", "paper_figures", "verify.study run",
+                                    "verify.images train"])
+def test_help_survives_an_ascii_stdout(module):
+    """The help has ε, √, ×, –: on a stream that cannot encode them it writes them escaped,
+    and exits 0 (it was an internal error, exit 3)."""
+    proc = subprocess.run([sys.executable, "-m", *module.split(), "--help"], capture_output=True,
+                          text=True, timeout=60, env=ASCII_ENV)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "--threads" in proc.stdout and "Traceback" not in proc.stderr
+
+
+def test_a_report_survives_an_ascii_stdout():
+    proc = subprocess.run([sys.executable, "-m", "verify.bound", *TINY_BOUND, "--no-progress"],
+                          capture_output=True, text=True, timeout=120, env=ASCII_ENV)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "verdict       PASS" in proc.stdout and "\\u" in proc.stdout  # escaped, not lost
+    usage = subprocess.run([sys.executable, "-m", "verify.bound", "--eps", "-1"], capture_output=True,
+                           text=True, timeout=60, env=ASCII_ENV)
+    assert usage.returncode == 2 and usage.stderr.count("\n") == 1, usage.stderr
+
+
 def _interrupt_when(proc: subprocess.Popen, ready, timeout: float = 120) -> None:
     """SIGINT the process once ready() holds (polled), or fail if it ends first."""
     deadline = time.monotonic() + timeout

@@ -8,7 +8,8 @@ Exit codes (every CLI):
   3    an internal error (a bug): the traceback, then one line asking for a report
   130  interrupted (Ctrl-C): one line, no traceback, no half-written output file
 A closed stdout (`| head -1`) is not an error: the work goes on and the exit code keeps
-its meaning.
+its meaning. Nor is a stdout or stderr that cannot encode ε, √ or × (PYTHONIOENCODING=ascii):
+those characters are written as backslash escapes.
 
 This module imports neither torch nor scipy, so `--help` and usage errors answer at once;
 each CLI imports its heavy modules after its arguments have been read. `--help`, median of 3 on
@@ -576,6 +577,7 @@ def main_of(prog: str, parse: Callable[[list[str]], object], work: Callable[[obj
     docstring). `parse` raises UsageError for bad input and must not start the work;
     `work` returns 0 or 1 and may raise UsageError for what only the work can find out."""
     interrupted, winding_down = _catch_every_interrupt(), False
+    _tolerate_unencodable()
     try:
         args = parse(sys.argv[1:] if argv is None else list(argv))
         code = work(args)
@@ -608,6 +610,29 @@ def main_of(prog: str, parse: Callable[[list[str]], object], work: Callable[[obj
     finally:
         if not winding_down:
             _restore_interrupts()
+
+
+# Characters the help and the reports use (ε, √, ×, –, ≥, …, ², ·): a stream that cannot
+# encode them (PYTHONIOENCODING=ascii, a C locale's terminal) writes them escaped.
+_SAMPLE_TEXT = "ε√×–≥…²·→"
+
+
+def _tolerate_unencodable() -> None:
+    """Make stdout and stderr write what their encoding cannot represent as backslash escapes
+    (`\u03b5`) instead of raising UnicodeEncodeError, which ended `--help` and every finished
+    report on an ASCII stream as an internal error. Only a stream that would fail is changed,
+    and only its error handler."""
+    for stream in (sys.stdout, sys.stderr):
+        encoding = getattr(stream, "encoding", None)
+        if not encoding or not hasattr(stream, "reconfigure"):
+            continue
+        try:
+            _SAMPLE_TEXT.encode(encoding)
+        except UnicodeEncodeError:
+            with contextlib.suppress(OSError, ValueError):
+                stream.reconfigure(errors="backslashreplace")
+        except LookupError:
+            pass
 
 
 _SAVED_INTERRUPTS: list = []
