@@ -157,3 +157,10 @@ def test_every_family_declares_its_settings_as_a_frozen_dataclass():
         assert tuple(f.name for f in dataclasses.fields(settings)) == family.settings
         assert all("check" in f.metadata for f in dataclasses.fields(settings))
         assert isinstance(settings.samples_per_task, int) and isinstance(settings.eval_samples, int)
+
+
+@pytest.mark.parametrize("field", ["save", "checkpoint"])
+def test_an_empty_output_path_is_refused_not_ignored(field):
+    """Runtime(save='') named no folder and was skipped without a word (issue 44, 7.2)."""
+    with pytest.raises(UsageError, match=f"--{field}: expected a file or folder name, got ''"):
+        Runtime(**{field: ""})

@@ -96,6 +96,11 @@ class UnwritableError(UsageError, OSError):
     without their file (behaviour's replay cache)."""
 
 
+# The metavars of the flags whose values are paths (or, for SPEC, hold one): an empty value
+# is refused for each (Parser._get_values). A new path flag gets the rule by its metavar.
+PATH_METAVARS = frozenset({"DIR", "FILE", "FOLDER", "MODEL", "README", "RESULTS.json", "SPEC"})
+
+
 class Parser(argparse.ArgumentParser):
     """argparse whose errors raise UsageError (one line, exit 2), and which reads
     '--eps -1e-3' as a value, so the validator can say what is allowed."""
@@ -106,6 +111,13 @@ class Parser(argparse.ArgumentParser):
 
     def error(self, message):
         raise UsageError(message)
+
+    def _get_values(self, action, arg_strings):
+        # An empty path ('--save ""', a shell variable that was not set) named no folder and was
+        # silently ignored, or read as the working folder: refuse it for every path flag.
+        if action.metavar in PATH_METAVARS and "" in arg_strings:
+            raise argparse.ArgumentError(action, "expected a file or folder name, got ''")
+        return super()._get_values(action, arg_strings)
 
     def parse_args(self, args=None, namespace=None):
         args = sys.argv[1:] if args is None else list(args)

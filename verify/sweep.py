@@ -419,7 +419,7 @@ def build_parser() -> cli.Parser:
     p.add_argument("--allow-untested", action="store_true",
                    help="run a grid on which some fits cannot be tested, and report those as NOT TESTED "
                         "(by default such a grid is refused before any work)")
-    p.add_argument("--out", default="sweep_out",
+    p.add_argument("--out", default="sweep_out", metavar="DIR",
                    help="folder for sweep.csv and sweep.json, replaced when present (default sweep_out)")
     cli.add_json(p, "the fits")
     cli.add_common(p, threads_default="1, as a sweep is many small builds and measurements")
