@@ -169,6 +169,19 @@ def seed(text: str) -> int:
     return value
 
 
+class Distinct(argparse.Action):
+    """A flag of several values (nargs="+") whose values must differ: `--seed 0 0` ran one
+    seed without a word; now it is a usage error naming the repeated value."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        seen = set()
+        for value in values:
+            if value in seen:
+                raise argparse.ArgumentError(self, f"{value!r} is given twice; give each value once")
+            seen.add(value)
+        setattr(namespace, self.dest, values)
+
+
 def positive_float(text: str) -> float:
     value = _float(text, "a positive finite number")
     if not (math.isfinite(value) and value > 0):
