@@ -100,6 +100,27 @@ def test_a_study_runs_once_and_a_second_invocation_trains_nothing(tmp_path):
     assert rows[0]["report"]["rows"][1]["network"] == "sgd custom"
 
 
+def test_run_on_a_complete_committed_store_says_so_and_how_to_run_into_a_folder_of_ones_own(
+        tmp_path, monkeypatch, capsys):
+    """In the checkout `run` writes by default into the committed store; on a complete one it
+    printed "0 done now". Now one line says the store is complete and names --out DIR."""
+    path = tiny_study(tmp_path)
+    monkeypatch.setattr(grids, "PACKAGED_RESULTS_DIR", tmp_path / "shipped")
+    store = tmp_path / "shipped" / "tiny" / "paper"
+    argv = ["run", path, "--scale", "paper", "--engine", "serial", "--no-progress", "--out", str(store)]
+    assert study.main(argv) == 0
+    assert "2 done now" in capsys.readouterr().out  # a run that runs something says what it did
+    assert study.main(argv) == 0
+    out = capsys.readouterr().out
+    assert out.count("\n") == 1 and "0 done now" not in out, out
+    assert f"the committed store {store / 'study.sqlite'} is complete (2 of 2 runs)" in out
+    assert "python -m verify.study run tiny --scale paper --out DIR" in out
+    # Another folder, complete too, keeps the counts.
+    other = tmp_path / "mine"
+    assert study.main([*argv[:-1], str(other)]) == 0 and study.main([*argv[:-1], str(other)]) == 0
+    assert "0 done now, 2 already done" in capsys.readouterr().out
+
+
 def test_a_run_that_fails_is_stored_as_failed_and_the_others_finish(tmp_path):
     # held-out 0.95 of 10 supports leaves too few to connect the modules: verify.sgd refuses it.
     path = tiny_study(tmp_path, held_out="[0.25, 0.95]", seeds="[1]")

@@ -68,6 +68,7 @@ from verify.studies.grids import (  # noqa: F401 - the study side's names, as ve
     Run,
     default_out,
     expand,
+    is_committed_store,
     load_study,
     own_parameters,
     program_parameters,
@@ -167,7 +168,8 @@ def _run_study(name: str, scale: str, out: Path, *, engine: str = "ray", address
             import ray
 
             ray.shutdown()
-    return dict(study=study, scale=scale, store=str(out / "study.sqlite"), engine=engine, **counts)
+    return dict(study=study, scale=scale, store=str(out / "study.sqlite"), engine=engine,
+                committed=is_committed_store(out, name, scale), **counts)
 
 
 
@@ -403,6 +405,13 @@ def work(args) -> int:
 
 
 def format_summary(s: dict) -> str:
+    if s.get("committed") and s["done"] == s["failed"] == 0 and s["already_done"] == s["runs"]:
+        # The checkout's default folder is the committed store: "0 done now" there read as a run
+        # that did nothing.
+        return (f"{s['study']} ({s['scale']}): the committed store {s['store']} is complete "
+                f"({s['runs']} of {s['runs']} runs), so nothing ran; to run the study yourself, give it "
+                f"a folder of your own: python -m verify.study run {s['study']} --scale {s['scale']} "
+                "--out DIR")
     lines = [f"{s['study']} ({s['scale']}, {s['engine']}): {s['runs']} runs; {s['done']} done now, "
              f"{s['already_done']} already done, {s['failed']} failed"
              + (f", {s['skipped_failed']} failed before (--retry-failed runs them)"
