@@ -818,3 +818,23 @@ def test_reading_commands_need_no_lock_and_the_lock_is_per_folder(tmp_path, caps
         assert other["done"] == 1
     again = study.run_study(path, "paper", out, engine="serial", progress=False)
     assert (again["done"], again["already_done"]) == (0, 1)
+
+
+WITHOUT_RAY = ("import sys; sys.modules['ray'] = None  # as if Ray were not installed\n"
+               "from verify.studies import commands; sys.exit(commands.main(sys.argv[1:]))")
+
+
+def test_without_ray_the_default_engine_falls_back_to_serial_in_one_line(tmp_path):
+    """The README's first install has no Ray, and `run` defaults to the Ray engine: it runs
+    serially, saying so in one line; Ray asked for by name is refused (exit 2, one line)."""
+    path = tiny_study(tmp_path)
+    argv = ["run", path, "--scale", "paper", "--no-progress", "--out", str(tmp_path / "out")]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, "-c", WITHOUT_RAY, *argv], capture_output=True, text=True,
+                          timeout=300, env=env)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stderr.count("\n") == 1 and "Ray is not installed" in done.stderr, done.stderr
+    assert "(paper, serial): 2 runs; 2 done now" in done.stdout
+    asked = subprocess.run([sys.executable, "-c", WITHOUT_RAY, *argv, "--engine", "ray"], capture_output=True,
+                           text=True, timeout=60, env=env)
+    assert asked.returncode == 2 and asked.stderr.count("\n") == 1 and "--engine needs Ray" in asked.stderr

@@ -287,12 +287,17 @@ def parse_args(argv=None):
                 parse_log(args.log)
             except ValueError as e:
                 raise UsageError(str(e)) from None
-        if args.engine == "ray":
-            try:
-                import ray  # noqa: F401
-            except ImportError:
-                raise UsageError("--engine ray needs Ray: pip install -e '.[studies]' (or use --engine "
-                                 "serial)") from None
+        if args.engine == "ray" and not ray_installed():
+            # The README's first install has no Ray: the default engine falls back to the serial
+            # one, saying so; Ray asked for by name (--engine ray, --address, --gpus-per-run) is refused.
+            asked = [f for f in ("--engine", "--address", "--gpus-per-run")
+                     if any(a == f or a.startswith(f + "=") for a in argv)]
+            if asked:
+                raise UsageError(f"{asked[0]} needs Ray: pip install -e '.[studies]' (or use --engine "
+                                 "serial)")
+            args.engine = "serial"
+            print("verify.study: Ray is not installed, so the runs go one at a time in this process "
+                  "(--engine serial); pip install -e '.[studies]' runs them in parallel", file=sys.stderr)
         if args.address:
             check_address(args.address)
     if every:
@@ -319,6 +324,18 @@ def parse_args(argv=None):
             program.load().check_pack_grid([r.config for r in runs])
     args.out = cli.prepare_out_dir(args.out or default_out(args.study, args.scale), "--out")
     return args
+
+
+def ray_installed() -> bool:
+    """Whether Ray can be imported (the `studies` extra), without importing it."""
+    import importlib.util
+
+    if "ray" in sys.modules:  # imported already, or blocked (None: import fails)
+        return sys.modules["ray"] is not None
+    try:
+        return importlib.util.find_spec("ray") is not None
+    except (ImportError, ValueError):
+        return False
 
 
 def _refuse_flags(args, program, study: str) -> None:
