@@ -838,3 +838,22 @@ def test_without_ray_the_default_engine_falls_back_to_serial_in_one_line(tmp_pat
     asked = subprocess.run([sys.executable, "-c", WITHOUT_RAY, *argv, "--engine", "ray"], capture_output=True,
                            text=True, timeout=60, env=env)
     assert asked.returncode == 2 and asked.stderr.count("\n") == 1 and "--engine needs Ray" in asked.stderr
+
+
+def test_a_smoke_study_says_its_verdicts_are_not_testable_and_where_real_ones_are(tmp_path, capsys):
+    """The smoke scale gives only "not testable": `run` and `report` say that is by design and
+    name the cheapest cpu-scale study with real verdicts, with its stored time (from the stores)."""
+    from verify.studies import budget
+
+    name, runs, minutes = budget.cheapest_with_verdicts("cpu")
+    assert runs > 1 and minutes > 0
+    out = str(tmp_path / "smoke")
+    assert study.main(["run", "task-support", "--scale", "smoke", "--engine", "serial", "--no-progress",
+                       "--out", out]) == 0
+    assert study.main(["report", "task-support", "--scale", "smoke", "--out", out]) == 0
+    text = capsys.readouterr().out
+    notes = [line for line in text.splitlines() if line.startswith("note: the smoke scale")]
+    assert len(notes) == 2 and "not testable by design" in notes[0], text
+    assert f"the cheapest study with real verdicts is {name} at --scale cpu ({runs} runs" in notes[0]
+    assert study.main(["report", "task-support", "--scale", "smoke", "--out", out, "--json"]) == 0
+    json.loads(capsys.readouterr().out)  # JSON stays one document

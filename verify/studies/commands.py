@@ -380,6 +380,10 @@ def work(args) -> int:
                                 command=args.invocation)
             cli.emit(cli.to_json(summary) if args.json else format_summary(summary))
             violated |= bool(summary["violated"])
+        if args.scale == "smoke" and not args.json:
+            from verify.studies import budget
+
+            cli.emit(budget.smoke_note())
         return cli.EXIT_VIOLATED if violated else cli.EXIT_OK
     program = study_program(args.study)
     if args.command == "record-behaviour":
@@ -407,6 +411,10 @@ def work(args) -> int:
                                          fingerprint=provenance.code_fingerprint(program))
         report.write_table(table, args.out)
         cli.emit(cli.to_json(table) if args.json else report.format_markdown(table))
+        if args.scale == "smoke" and not args.json:
+            from verify.studies import budget
+
+            cli.emit(budget.smoke_note())
         return cli.EXIT_OK
     # The flag's own string: `-` is stdout, where the count would spoil the CSV (it goes to
     # stderr then), while `./-` is a file of that name.
