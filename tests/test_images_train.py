@@ -168,6 +168,22 @@ def test_an_output_path_that_is_a_file_is_refused(tmp_path, capsys):
     assert "is an existing file" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("earlier", ["pipeline", "results.json"])
+def test_a_folder_holding_an_earlier_run_is_refused_unless_forced(tmp_path, capsys, earlier):
+    """--out DIR deleted DIR/pipeline without a word; now it is refused as --save refuses a
+    folder with files (one line naming it, exit 2, nothing touched), and --force replaces it."""
+    out = tmp_path / "run"
+    (out / "pipeline").mkdir(parents=True) if earlier == "pipeline" else out.mkdir()
+    marker = out / "pipeline" / "weights" if earlier == "pipeline" else out / earlier
+    marker.write_text("an earlier run")
+    assert train.main([*TINY, "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"--out {str(out)!r} already holds a trained run ({earlier})" in err
+    assert "--force" in err and marker.read_text() == "an earlier run"
+    assert train.parse_args([*TINY, "--out", str(out), "--force"]).runtime.out == str(out)
+    assert "force" not in train.run_config(train.parse_args([*TINY, "--out", str(out), "--force"]))
+
+
 def test_layers_that_match_no_module_are_refused_before_training(tmp_path, capsys):
     out = tmp_path / "run"
     assert train.main([*TINY, "--layers", r"no\.such\.block", "--out", str(out)]) == 2

@@ -78,6 +78,8 @@ USAGE_ROWS = [
     ("verify.bound", ["--save", "PROC"], "cannot be written"),
     ("verify.bound", ["--save", "FULL"], "--force"),
     ("verify.bound", ["--force"], "--save"),
+    ("verify.bound", ["--save", ""], "argument --save: expected a file or folder name, got ''"),
+    ("verify.bound", ["--save=", "--force"], "argument --save: expected a file or folder name"),
     ("verify.bound", ["--M", "100000"], "smaller --M"),
     ("verify.bound", ["--I", "4096"], "smaller --M, --I"),
     ("verify.bound", ["--threads", "0"], "positive integer"),
@@ -97,6 +99,14 @@ USAGE_ROWS = [
     ("verify.sgd", ["--save", "FILE"], "existing file"),
     ("verify.sgd", ["--save", "PROC"], "cannot be written"),
     ("verify.sgd", ["--save", "FULL"], "--force"),
+    ("verify.sgd", ["--save", ""], "argument --save: expected a file or folder name, got ''"),
+    ("verify.sgd", ["--checkpoint", ""], "argument --checkpoint: expected a file or folder name"),
+    ("verify.sgd", ["--log", "tensorboard", ""], "argument --log: expected a file or folder name"),
+    ("verify.sweep", ["--out", ""], "argument --out: expected a file or folder name"),
+    ("paper_figures", ["--out", ""], "argument --out: expected a file or folder name"),
+    ("verify.sgd", ["--seed", "0", "0"], "argument --seed: 0 is given twice"),
+    ("verify.sgd", ["--seed", "1", "2", "1"], "argument --seed: 1 is given twice"),
+    ("verify.sweep", ["--seeds", "3", "3"], "argument --seeds: 3 is given twice"),
     ("verify.sgd", ["--device", "bogus"], "--device"),
     ("verify.sgd", ["--weight-decay", "-1"], "--weight-decay"),
     ("verify.sgd", ["--held-out", "2"], "--held-out"),
@@ -147,6 +157,31 @@ def test_help_answers_without_importing_torch(module):
     imported = {line.rsplit("|", 1)[-1].strip() for line in proc.stderr.splitlines() if "|" in line}
     assert not imported & {"torch", "scipy.stats", "matplotlib.pyplot", "matplotlib"}, \
         sorted(imported & {"torch", "scipy.stats", "matplotlib"})
+
+
+ASCII_ENV = {**os.environ, "PYTHONIOENCODING": "ascii"}
+
+
+@pytest.mark.parametrize("module", ["verify.bound", "verify.sweep", "verify.sgd", "verify.bench",
+                                    "verify.kernel", "paper_figures", "verify.study run",
+                                    "verify.images train"])
+def test_help_survives_an_ascii_stdout(module):
+    """The help has ε, √, ×, –: on a stream that cannot encode them it writes them escaped,
+    and exits 0 (it was an internal error, exit 3)."""
+    proc = subprocess.run([sys.executable, "-m", *module.split(), "--help"], capture_output=True,
+                          text=True, timeout=60, env=ASCII_ENV)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "--threads" in proc.stdout and "Traceback" not in proc.stderr
+
+
+def test_a_report_survives_an_ascii_stdout():
+    proc = subprocess.run([sys.executable, "-m", "verify.bound", *TINY_BOUND, "--no-progress"],
+                          capture_output=True, text=True, timeout=120, env=ASCII_ENV)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "verdict       PASS" in proc.stdout and "\\u" in proc.stdout  # escaped, not lost
+    usage = subprocess.run([sys.executable, "-m", "verify.bound", "--eps", "-1"], capture_output=True,
+                           text=True, timeout=60, env=ASCII_ENV)
+    assert usage.returncode == 2 and usage.stderr.count("\n") == 1, usage.stderr
 
 
 def _interrupt_when(proc: subprocess.Popen, ready, timeout: float = 120) -> None:

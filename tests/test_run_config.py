@@ -98,7 +98,9 @@ def test_the_parsers_stated_defaults_are_the_runs():
 
 
 def test_the_paper_preset_and_the_seeds_are_the_runtimes():
-    run = sgd.parse_args(["--paper", "--seed", "4", "4", "5", "--steps", "20"])
+    run = sgd.parse_args(["--paper", "--seed", "4", "5", "--steps", "20"])
+    with pytest.raises(UsageError, match="4 is given twice"):  # a repeated seed ran once, unsaid
+        sgd.parse_args(["--paper", "--seed", "4", "4", "5"])
     assert run.runtime.seeds == (4, 5) and run.seed == 4 and run.steps == 20 and run.runtime.paper
     assert run.key() == SgdRun.build(dict(seed=4, steps=20), paper=True).key()
     # The runtime is not part of the run's identity.
@@ -157,3 +159,10 @@ def test_every_family_declares_its_settings_as_a_frozen_dataclass():
         assert tuple(f.name for f in dataclasses.fields(settings)) == family.settings
         assert all("check" in f.metadata for f in dataclasses.fields(settings))
         assert isinstance(settings.samples_per_task, int) and isinstance(settings.eval_samples, int)
+
+
+@pytest.mark.parametrize("field", ["save", "checkpoint"])
+def test_an_empty_output_path_is_refused_not_ignored(field):
+    """Runtime(save='') named no folder and was skipped without a word (issue 44, 7.2)."""
+    with pytest.raises(UsageError, match=f"--{field}: expected a file or folder name, got ''"):
+        Runtime(**{field: ""})

@@ -491,7 +491,10 @@ def test_training_decays_only_matrices_and_starts_from_lecun_normal(teacher, mon
 
 
 def test_several_seeds_run_in_turn_and_add_a_summary(capsys, tmp_path):
-    assert sgd.main([*FAST, "--shapes", "matched", "--seed", "0", "1", "0", "--json",
+    # A seed given twice is a usage error (it ran once without a word), before any work.
+    assert sgd.main([*FAST, "--shapes", "matched", "--seed", "0", "1", "0", "--save", str(tmp_path)]) == 2
+    assert "argument --seed: 0 is given twice" in capsys.readouterr().err and not any(tmp_path.iterdir())
+    assert sgd.main([*FAST, "--shapes", "matched", "--seed", "0", "1", "--json",
                      "--save", str(tmp_path)]) == 0
     r = json.loads(capsys.readouterr().out)
     assert [run["task"]["seed"] for run in r["runs"]] == [0, 1]

@@ -100,6 +100,27 @@ def test_a_study_runs_once_and_a_second_invocation_trains_nothing(tmp_path):
     assert rows[0]["report"]["rows"][1]["network"] == "sgd custom"
 
 
+def test_run_on_a_complete_committed_store_says_so_and_how_to_run_into_a_folder_of_ones_own(
+        tmp_path, monkeypatch, capsys):
+    """In the checkout `run` writes by default into the committed store; on a complete one it
+    printed "0 done now". Now one line says the store is complete and names --out DIR."""
+    path = tiny_study(tmp_path)
+    monkeypatch.setattr(grids, "PACKAGED_RESULTS_DIR", tmp_path / "shipped")
+    store = tmp_path / "shipped" / "tiny" / "paper"
+    argv = ["run", path, "--scale", "paper", "--engine", "serial", "--no-progress", "--out", str(store)]
+    assert study.main(argv) == 0
+    assert "2 done now" in capsys.readouterr().out  # a run that runs something says what it did
+    assert study.main(argv) == 0
+    out = capsys.readouterr().out
+    assert out.count("\n") == 1 and "0 done now" not in out, out
+    assert f"the committed store {store / 'study.sqlite'} is complete (2 of 2 runs)" in out
+    assert "python -m verify.study run tiny --scale paper --out DIR" in out
+    # Another folder, complete too, keeps the counts.
+    other = tmp_path / "mine"
+    assert study.main([*argv[:-1], str(other)]) == 0 and study.main([*argv[:-1], str(other)]) == 0
+    assert "0 done now, 2 already done" in capsys.readouterr().out
+
+
 def test_a_run_that_fails_is_stored_as_failed_and_the_others_finish(tmp_path):
     # held-out 0.95 of 10 supports leaves too few to connect the modules: verify.sgd refuses it.
     path = tiny_study(tmp_path, held_out="[0.25, 0.95]", seeds="[1]")
@@ -797,3 +818,42 @@ def test_reading_commands_need_no_lock_and_the_lock_is_per_folder(tmp_path, caps
         assert other["done"] == 1
     again = study.run_study(path, "paper", out, engine="serial", progress=False)
     assert (again["done"], again["already_done"]) == (0, 1)
+
+
+WITHOUT_RAY = ("import sys; sys.modules['ray'] = None  # as if Ray were not installed\n"
+               "from verify.studies import commands; sys.exit(commands.main(sys.argv[1:]))")
+
+
+def test_without_ray_the_default_engine_falls_back_to_serial_in_one_line(tmp_path):
+    """The README's first install has no Ray, and `run` defaults to the Ray engine: it runs
+    serially, saying so in one line; Ray asked for by name is refused (exit 2, one line)."""
+    path = tiny_study(tmp_path)
+    argv = ["run", path, "--scale", "paper", "--no-progress", "--out", str(tmp_path / "out")]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, "-c", WITHOUT_RAY, *argv], capture_output=True, text=True,
+                          timeout=300, env=env)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stderr.count("\n") == 1 and "Ray is not installed" in done.stderr, done.stderr
+    assert "(paper, serial): 2 runs; 2 done now" in done.stdout
+    asked = subprocess.run([sys.executable, "-c", WITHOUT_RAY, *argv, "--engine", "ray"], capture_output=True,
+                           text=True, timeout=60, env=env)
+    assert asked.returncode == 2 and asked.stderr.count("\n") == 1 and "--engine needs Ray" in asked.stderr
+
+
+def test_a_smoke_study_says_its_verdicts_are_not_testable_and_where_real_ones_are(tmp_path, capsys):
+    """The smoke scale gives only "not testable": `run` and `report` say that is by design and
+    name the cheapest cpu-scale study with real verdicts, with its stored time (from the stores)."""
+    from verify.studies import budget
+
+    name, runs, minutes = budget.cheapest_with_verdicts("cpu")
+    assert runs > 1 and minutes > 0
+    out = str(tmp_path / "smoke")
+    assert study.main(["run", "task-support", "--scale", "smoke", "--engine", "serial", "--no-progress",
+                       "--out", out]) == 0
+    assert study.main(["report", "task-support", "--scale", "smoke", "--out", out]) == 0
+    text = capsys.readouterr().out
+    notes = [line for line in text.splitlines() if line.startswith("note: the smoke scale")]
+    assert len(notes) == 2 and "not testable by design" in notes[0], text
+    assert f"the cheapest study with real verdicts is {name} at --scale cpu ({runs} runs" in notes[0]
+    assert study.main(["report", "task-support", "--scale", "smoke", "--out", out, "--json"]) == 0
+    json.loads(capsys.readouterr().out)  # JSON stays one document

@@ -8,7 +8,8 @@ Exit codes (every CLI):
   3    an internal error (a bug): the traceback, then one line asking for a report
   130  interrupted (Ctrl-C): one line, no traceback, no half-written output file
 A closed stdout (`| head -1`) is not an error: the work goes on and the exit code keeps
-its meaning.
+its meaning. Nor is a stdout or stderr that cannot encode ε, √ or × (PYTHONIOENCODING=ascii):
+those characters are written as backslash escapes.
 
 This module imports neither torch nor scipy, so `--help` and usage errors answer at once;
 each CLI imports its heavy modules after its arguments have been read. `--help`, median of 3 on
@@ -99,6 +100,11 @@ class UnwritableError(UsageError, OSError):
     without their file (behaviour's replay cache)."""
 
 
+# The metavars of the flags whose values are paths (or, for SPEC, hold one): an empty value
+# is refused for each (Parser._get_values). A new path flag gets the rule by its metavar.
+PATH_METAVARS = frozenset({"DIR", "FILE", "FOLDER", "MODEL", "README", "RESULTS.json", "SPEC"})
+
+
 class Parser(argparse.ArgumentParser):
     """argparse whose errors raise UsageError (one line, exit 2), and which reads
     '--eps -1e-3' as a value, so the validator can say what is allowed."""
@@ -109,6 +115,13 @@ class Parser(argparse.ArgumentParser):
 
     def error(self, message):
         raise UsageError(message)
+
+    def _get_values(self, action, arg_strings):
+        # An empty path ('--save ""', a shell variable that was not set) named no folder and was
+        # silently ignored, or read as the working folder: refuse it for every path flag.
+        if action.metavar in PATH_METAVARS and "" in arg_strings:
+            raise argparse.ArgumentError(action, "expected a file or folder name, got ''")
+        return super()._get_values(action, arg_strings)
 
     def parse_args(self, args=None, namespace=None):
         args = sys.argv[1:] if args is None else list(args)
@@ -158,6 +171,19 @@ def seed(text: str) -> int:
     if not 0 <= value <= MAX_SEED:
         raise argparse.ArgumentTypeError(f"expected a seed in [0, {MAX_SEED}], got {text!r}")
     return value
+
+
+class Distinct(argparse.Action):
+    """A flag of several values (nargs="+") whose values must differ: `--seed 0 0` ran one
+    seed without a word; now it is a usage error naming the repeated value."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        seen = set()
+        for value in values:
+            if value in seen:
+                raise argparse.ArgumentError(self, f"{value!r} is given twice; give each value once")
+            seen.add(value)
+        setattr(namespace, self.dest, values)
 
 
 def positive_float(text: str) -> float:
@@ -686,6 +712,7 @@ def main_of(prog: str, parse: Callable[[list[str]], object], work: Callable[[obj
     `work` returns 0 or 1 and may raise UsageError for what only the work can find out."""
     interrupted, winding_down = _catch_every_interrupt(), False
     _INTERRUPT_NOTES.clear()  # a note left by an earlier main_of in this process (the tests)
+    _tolerate_unencodable()
     try:
         args = parse(sys.argv[1:] if argv is None else list(argv))
         code = work(args)
@@ -719,6 +746,29 @@ def main_of(prog: str, parse: Callable[[list[str]], object], work: Callable[[obj
         _INTERRUPT_NOTES.clear()
         if not winding_down:
             _restore_interrupts()
+
+
+# Characters the help and the reports use (ε, √, ×, –, ≥, …, ², ·): a stream that cannot
+# encode them (PYTHONIOENCODING=ascii, a C locale's terminal) writes them escaped.
+_SAMPLE_TEXT = "ε√×–≥…²·→"
+
+
+def _tolerate_unencodable() -> None:
+    """Make stdout and stderr write what their encoding cannot represent as backslash escapes
+    (`\u03b5`) instead of raising UnicodeEncodeError, which ended `--help` and every finished
+    report on an ASCII stream as an internal error. Only a stream that would fail is changed,
+    and only its error handler."""
+    for stream in (sys.stdout, sys.stderr):
+        encoding = getattr(stream, "encoding", None)
+        if not encoding or not hasattr(stream, "reconfigure"):
+            continue
+        try:
+            _SAMPLE_TEXT.encode(encoding)
+        except UnicodeEncodeError:
+            with contextlib.suppress(OSError, ValueError):
+                stream.reconfigure(errors="backslashreplace")
+        except LookupError:
+            pass
 
 
 _SAVED_INTERRUPTS: list = []

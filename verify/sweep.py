@@ -404,7 +404,7 @@ def build_parser() -> cli.Parser:
                    help=f"numbers of modules (default {' '.join(map(str, d.M))})")
     p.add_argument("--K", type=positive_int, nargs="+", default=list(d.K),
                    help="max active modules per task; points with K > M are skipped (default 3)")
-    p.add_argument("--seeds", type=cli.seed, nargs="+", default=list(d.seeds),
+    p.add_argument("--seeds", type=cli.seed, nargs="+", default=list(d.seeds), action=cli.Distinct,
                    help=f"teacher seeds, each in [0, 2^32) (default {' '.join(map(str, d.seeds))})")
     p.add_argument("--I", type=positive_int, default=d.I, help=f"input size (default {d.I})")
     p.add_argument("--H", type=positive_int, default=d.H, help=f"teacher hidden size (default {d.H})")
@@ -419,7 +419,7 @@ def build_parser() -> cli.Parser:
     p.add_argument("--allow-untested", action="store_true",
                    help="run a grid on which some fits cannot be tested, and report those as NOT TESTED "
                         "(by default such a grid is refused before any work)")
-    p.add_argument("--out", default="sweep_out",
+    p.add_argument("--out", default="sweep_out", metavar="DIR",
                    help="folder for sweep.csv and sweep.json, replaced when present (default sweep_out)")
     cli.add_json(p, "the fits")
     cli.add_common(p, threads_default="1, as a sweep is many small builds and measurements")

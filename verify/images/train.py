@@ -55,7 +55,7 @@ from verify.learning.settings import add_setting_flags, setting_fields, typed_on
 
 PROG = "python -m verify.images.train"
 # Settings that do not change a run's result, left out of its configuration's key.
-RUNTIME = ("threads", "no_progress", "json", "out", "device", "log", "log_group", "log_name")
+RUNTIME = ("threads", "no_progress", "json", "out", "force", "device", "log", "log_group", "log_name")
 DEFAULT_OUT = Path("out") / "images-train"  # relative to the working folder; a run goes in <key[:12]>/
 GENERATE_BATCH = 64
 SAMPLES = 8  # held-out images kept in the report (the first seed of the first prompts), for the figure
@@ -71,9 +71,11 @@ def build_parser() -> cli.Parser:
                        help="number of training combinations, the rest held out (instead of --held-out)")
     add_setting_flags(p, ImageRun)
     p.add_argument("--out", metavar="DIR",
-                   help="folder for the saved pipeline (DIR/pipeline) and DIR/results.json; its earlier "
-                        "files are replaced (default out/images-train/<the configuration's key> under "
-                        "the working folder)")
+                   help="folder for the saved pipeline (DIR/pipeline) and DIR/results.json; a folder "
+                        "that already holds them is refused unless --force (default "
+                        "out/images-train/<the configuration's key> under the working folder)")
+    p.add_argument("--force", action="store_true",
+                   help="let --out replace the pipeline and results.json an earlier run left in DIR")
     p.add_argument("--device", default="cpu",
                    help="cpu, or cuda / cuda:N where a GPU is present (default cpu)")
     cli.add_json(p)
@@ -101,18 +103,28 @@ def parse_args(argv=None) -> ImageRun:
         log = tracking.spec_of(ns, PROGRAM, f"seed{run.seed}")
     except ValueError as e:
         raise UsageError(str(e)) from None
-    return run.replace(runtime=runtime_at(run, ns.out, ns.device, threads=ns.threads,
+    return run.replace(runtime=runtime_at(run, ns.out, ns.device, force=ns.force, threads=ns.threads,
                                           no_progress=ns.no_progress, json=ns.json, log=log))
 
 
-def runtime_at(run: ImageRun, out: str | None, device: str, **rest) -> ImageRuntime:
+# What a run writes into its folder, and replaces there.
+OUTPUTS = ("pipeline", "results.json")
+
+
+def runtime_at(run: ImageRun, out: str | None, device: str, force: bool = True, **rest) -> ImageRuntime:
     """The runtime that writes into `out` (default: DEFAULT_OUT/<the key's first 12>), on
-    `device`, both checked."""
+    `device`, both checked. Without `force` a folder that holds an earlier run's pipeline or
+    results is refused (the --save rule of cli.prepare_out_dir: results are not replaced by
+    accident); a study's run folder is its own (force)."""
     from verify.studies.store import config_key
 
     cli.check_device(device)
     out = str(DEFAULT_OUT / config_key(run.key())[:12]) if out is None else out
-    cli.check_out_dir(out, "--out")  # nothing is created while parsing
+    folder = cli.check_out_dir(out, "--out")  # nothing is created while parsing
+    held = [name for name in OUTPUTS if (folder / name).exists()]
+    if held and not force:
+        raise UsageError(f"--out {out!r} already holds a trained run ({', '.join(held)}); pass --force to "
+                         "replace it, or choose a new folder")
     return ImageRuntime(out=out, device=device, **rest)
 
 

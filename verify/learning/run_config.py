@@ -78,6 +78,9 @@ class Runtime:
             raise UsageError(f"--precision {self.precision!r}: choose from {', '.join(PRECISIONS)}")
         if self.precision == "tf32" and self.device == "cpu":
             raise UsageError("--precision tf32 is a CUDA matmul mode; on the CPU use fp32 or bf16")
+        for option, path in (("--save", self.save), ("--checkpoint", self.checkpoint)):
+            if path == "":  # no folder: it was ignored, or read as the working folder
+                raise UsageError(f"argument {option}: expected a file or folder name, got ''")
         if self.force and not self.save:
             raise UsageError("--force only applies to --save DIR")
 

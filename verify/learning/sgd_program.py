@@ -73,7 +73,7 @@ def build_parser() -> cli.Parser:
 def _add_runtime_flags(p) -> None:
     """Seeds, device and speed, the preset, output, checkpoints, trackers: settings a study's key
     leaves out (RUNTIME), but for the seed and --paper's preset."""
-    p.add_argument("--seed", type=cli.seed, nargs="+", default=[0],
+    p.add_argument("--seed", type=cli.seed, nargs="+", default=[0], action=cli.Distinct,
                    help="seed of the teacher, split, encoding and training, in [0, 2^32); several "
                         "seeds run one after another and add a mean ± sd summary (default 0)")
     p.add_argument("--device", default="cpu",
@@ -136,7 +136,7 @@ def parse_args(argv=None) -> SgdRun:
     given = {k: v for k, v in vars(ns).items() if k in setting_names()}  # only what was typed
     family = FAMILIES[given.get("family", DEFAULT_FAMILY)]
     seeds = given.pop("seed", None) or (family.paper_preset.get("seed", [0]) if ns.paper else [0])
-    seeds = tuple(dict.fromkeys(seeds))  # a seed given twice runs once
+    seeds = tuple(seeds)  # distinct: a seed given twice is refused (cli.Distinct)
     cli.check_device(ns.device)
     names = {f.name for f in dataclasses.fields(Runtime)} - {"seeds", "log"}
     runtime = Runtime(seeds=seeds, log=_tracker_spec(ns), **{k: getattr(ns, k) for k in names})

@@ -140,3 +140,44 @@ def summary_line(table: dict) -> str:
 
 def _hours(minutes: float) -> str:
     return f"{minutes / 60:.1f} h" if minutes >= 90 else f"{minutes:.0f} min"
+
+
+def cheapest_with_verdicts(scale: str = "cpu") -> tuple[str, int, float] | None:
+    """(study, runs, stored core-minutes) of the study whose committed or working store at `scale`
+    holds its whole grid in the least stored run time, among the studies whose grid draws more
+    than one seed (or split seed): the ones whose verdicts can be tested (one draw an arm has no
+    variance). Read from the stores' run times only (no code is judged, nothing is replayed);
+    None where no store holds a whole grid."""
+    from verify.studies import commands as driver
+    from verify.studies.store import RunStore
+
+    best = None
+    for name in driver.study_names():
+        _, runs = driver.expand(name, scale)
+        if len({tuple(r.config.get(k) for k in SEED_SETTINGS) for r in runs}) < 2:
+            continue
+        store = driver.stored_out(name, scale) / "study.sqlite"
+        if not store.is_file():
+            continue
+        with RunStore(store, readonly=True) as s:
+            seconds = {r["key"]: r["seconds"] for r in s.rows() if r["status"] == "done" and r["seconds"]}
+        if not all(r.key in seconds for r in runs):
+            continue
+        minutes = sum(seconds[r.key] for r in runs) / 60
+        if best is None or minutes < best[2]:
+            best = (name, len(runs), minutes)
+    return best
+
+
+def smoke_note() -> str:
+    """The line `run` and `report` add to a smoke-scale study: what the scale is for, and where
+    real verdicts are (the cheapest study at the cpu scale, with its stored time)."""
+    line = ("note: the smoke scale checks the machinery (one draw, a few steps), so its verdicts are not "
+            "testable by design")
+    best = cheapest_with_verdicts("cpu")
+    if best is None:
+        return line + "; the cpu scale gives real ones"
+    name, runs, minutes = best
+    return (line + f"; the cheapest study with real verdicts is {name} at --scale cpu ({runs} runs, "
+            f"{_hours(minutes)} of stored run time; `python -m verify.study report {name} --scale cpu` "
+            "reads its store)")

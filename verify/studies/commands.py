@@ -69,6 +69,7 @@ from verify.studies.grids import (  # noqa: F401 - the study side's names, as ve
     Run,
     default_out,
     expand,
+    is_committed_store,
     load_study,
     own_parameters,
     program_parameters,
@@ -162,7 +163,8 @@ def _run_study(name: str, scale: str, out: Path, *, engine: str = "ray", address
             import ray
 
             ray.shutdown()
-    return dict(study=study, scale=scale, store=str(out / "study.sqlite"), engine=engine, **counts)
+    return dict(study=study, scale=scale, store=str(out / "study.sqlite"), engine=engine,
+                committed=is_committed_store(out, name, scale), **counts)
 
 
 def _collect(results, store, counts: dict, bar, beat) -> None:
@@ -299,12 +301,17 @@ def parse_args(argv=None):
                 parse_log(args.log)
             except ValueError as e:
                 raise UsageError(str(e)) from None
-        if args.engine == "ray":
-            try:
-                import ray  # noqa: F401
-            except ImportError:
-                raise UsageError("--engine ray needs Ray: pip install -e '.[studies]' (or use --engine "
-                                 "serial)") from None
+        if args.engine == "ray" and not ray_installed():
+            # The README's first install has no Ray: the default engine falls back to the serial
+            # one, saying so; Ray asked for by name (--engine ray, --address, --gpus-per-run) is refused.
+            asked = [f for f in ("--engine", "--address", "--gpus-per-run")
+                     if any(a == f or a.startswith(f + "=") for a in argv)]
+            if asked:
+                raise UsageError(f"{asked[0]} needs Ray: pip install -e '.[studies]' (or use --engine "
+                                 "serial)")
+            args.engine = "serial"
+            print("verify.study: Ray is not installed, so the runs go one at a time in this process "
+                  "(--engine serial); pip install -e '.[studies]' runs them in parallel", file=sys.stderr)
         if args.address:
             check_address(args.address)
     if every:
@@ -331,6 +338,18 @@ def parse_args(argv=None):
             program.load().check_pack_grid([r.config for r in runs])
     args.out = cli.prepare_out_dir(args.out or default_out(args.study, args.scale), "--out")
     return args
+
+
+def ray_installed() -> bool:
+    """Whether Ray can be imported (the `studies` extra), without importing it."""
+    import importlib.util
+
+    if "ray" in sys.modules:  # imported already, or blocked (None: import fails)
+        return sys.modules["ray"] is not None
+    try:
+        return importlib.util.find_spec("ray") is not None
+    except (ImportError, ValueError):
+        return False
 
 
 def _refuse_flags(args, program, study: str) -> None:
@@ -375,6 +394,10 @@ def work(args) -> int:
                                 command=args.invocation)
             cli.emit(cli.to_json(summary) if args.json else format_summary(summary))
             violated |= bool(summary["violated"])
+        if args.scale == "smoke" and not args.json:
+            from verify.studies import budget
+
+            cli.emit(budget.smoke_note())
         return cli.EXIT_VIOLATED if violated else cli.EXIT_OK
     program = study_program(args.study)
     if args.command == "record-behaviour":
@@ -402,6 +425,10 @@ def work(args) -> int:
                                          fingerprint=provenance.code_fingerprint(program))
         report.write_table(table, args.out)
         cli.emit(cli.to_json(table) if args.json else report.format_markdown(table))
+        if args.scale == "smoke" and not args.json:
+            from verify.studies import budget
+
+            cli.emit(budget.smoke_note())
         return cli.EXIT_OK
     # The flag's own string: `-` is stdout, where the count would spoil the CSV (it goes to
     # stderr then), while `./-` is a file of that name.
@@ -417,6 +444,13 @@ def work(args) -> int:
 
 
 def format_summary(s: dict) -> str:
+    if s.get("committed") and s["done"] == s["failed"] == 0 and s["already_done"] == s["runs"]:
+        # The checkout's default folder is the committed store: "0 done now" there read as a run
+        # that did nothing.
+        return (f"{s['study']} ({s['scale']}): the committed store {s['store']} is complete "
+                f"({s['runs']} of {s['runs']} runs), so nothing ran; to run the study yourself, give it "
+                f"a folder of your own: python -m verify.study run {s['study']} --scale {s['scale']} "
+                "--out DIR")
     lines = [f"{s['study']} ({s['scale']}, {s['engine']}): {s['runs']} runs; {s['done']} done now, "
              f"{s['already_done']} already done, {s['failed']} failed"
              + (f", {s['skipped_failed']} failed before (--retry-failed runs them)"

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -309,6 +310,12 @@ def expand(name: str, scale: str) -> tuple[str, list[Run]]:
 def default_out(name: str, scale: str) -> Path:
     """Where `run` writes by default: verify/studies/results/STUDY/SCALE under the working folder."""
     return RESULTS_DIR / Path(name).stem / scale
+
+
+def is_committed_store(out: str | os.PathLike, name: str, scale: str) -> bool:
+    """Whether `out` is the study's committed store, shipped with the package (in the checkout,
+    where `run` writes by default)."""
+    return Path(out).resolve() == (PACKAGED_RESULTS_DIR / Path(name).stem / scale).resolve()
 
 
 def stored_out(name: str, scale: str) -> Path:
