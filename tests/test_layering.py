@@ -4,7 +4,12 @@ wrong-way import fails here, not in a user's circular-import traceback.
 
 Inside verify, the theorem's checks (bound, check, measure, …) know nothing of training or
 studies; the command-line entry points `verify.sgd` and `verify.study` are thin modules that
-only call into verify.learning and verify.studies, and verify.bench times both sides."""
+only call into verify.learning and verify.studies, and verify.bench times both sides.
+
+Inside verify.studies, the command line (verify.studies.commands, run by the `verify.study` entry
+point) sits on top: no other module of the package imports it, and no module imports another of
+the package inside a function to dodge an import cycle (the few lazy imports that keep a light
+module light are listed, each with its reason)."""
 
 import ast
 from pathlib import Path
@@ -91,3 +96,73 @@ def test_the_check_catches_a_wrong_way_import(tmp_path):
     bad.write_text("from verify.learning.metrics import rmse\n")
     _, may_import, may_not = LAYERS[3]  # verify (the theorem's checks)
     assert not allowed(next(iter(project_imports(bad))), may_import, may_not)
+
+
+# ----------------------------------------------------------------------------- inside verify.studies
+
+STUDIES = "verify/studies"
+CLI = "verify.studies.commands"
+# Function-local imports of another verify.studies module that are not there to break a cycle,
+# each with its reason; any other one fails test_no_import_inside_a_function_dodges_a_cycle.
+LAZY_STUDIES_IMPORTS = {
+    # grids is loaded by every run (execution, provenance); the study analyses (verdicts, with
+    # numpy, and the interfaces they satisfy) are loaded only when a study is read, and are not
+    # result code (tests/test_images_study.py checks what a run loads).
+    ("verify/studies/grids.py", "verify.studies.verdicts"): "keeps a run's imports to result code",
+    ("verify/studies/grids.py", "verify.studies.interfaces"): "keeps a run's imports to result code",
+}
+
+
+def _named_modules(node: ast.Import | ast.ImportFrom) -> set[str]:
+    """The modules an import statement names (`from a import b` names a and a.b: b may be a module)."""
+    if isinstance(node, ast.Import):
+        return {a.name for a in node.names}
+    if node.level or not node.module:
+        return set()
+    return {node.module} | {f"{node.module}.{a.name}" for a in node.names}
+
+
+def studies_imports(path: Path, *, in_functions: bool = False) -> set[str]:
+    """The verify.studies modules the file imports: anywhere, or only inside function bodies (a
+    name imported from one, verify.studies.store.RunStore, counts as its module)."""
+    tree = ast.parse(path.read_text())
+    scopes = ([n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)]
+              if in_functions else [tree])
+    return {m for scope in scopes for node in ast.walk(scope) if isinstance(node, ast.Import | ast.ImportFrom)
+            for m in _named_modules(node) if m.startswith("verify.studies.")
+            for m in [".".join(m.split(".")[:3])]}
+
+
+def _studies_modules() -> list[Path]:
+    return sorted((ROOT / STUDIES).glob("*.py"))
+
+
+def test_only_the_entry_point_imports_the_study_command_line():
+    """verify.studies.commands is the command line: the registry of programs, the study files
+    and the stores' status live below it (grids, status), so nothing in verify.studies imports it."""
+    wrong = sorted(str(p.relative_to(ROOT)) for p in _studies_modules()
+                   if p.name != "commands.py" and CLI in studies_imports(p))
+    assert not wrong, f"import {CLI}: {wrong}"
+
+
+def test_no_import_inside_a_function_dodges_a_cycle():
+    wrong = sorted(f"{p.relative_to(ROOT)} imports {m} inside a function" for p in _studies_modules()
+                   for m in studies_imports(p, in_functions=True)
+                   if (str(p.relative_to(ROOT)), m) not in LAZY_STUDIES_IMPORTS)
+    assert not wrong, wrong
+
+
+def test_the_lazy_imports_listed_are_still_there():
+    """An allowance that no longer matches an import is dropped from LAZY_STUDIES_IMPORTS."""
+    for path, module in LAZY_STUDIES_IMPORTS:
+        assert module in studies_imports(ROOT / path, in_functions=True), (path, module)
+
+
+def test_the_studies_checks_catch_a_cli_import_and_a_local_import(tmp_path):
+    bad = tmp_path / "bad.py"
+    bad.write_text("from verify.studies import commands as driver\n")
+    assert CLI in studies_imports(bad)
+    bad.write_text("def f():\n    from verify.studies.commands import PROGRAMS\n    return PROGRAMS\n")
+    assert studies_imports(bad, in_functions=True) == {CLI}
+    bad.write_text("import ray\nfrom verify.studies import store\n\ndef f():\n    import torch\n")
+    assert studies_imports(bad, in_functions=True) == set()

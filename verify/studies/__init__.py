@@ -10,7 +10,8 @@ engines (serial and Ray), ray_cluster (joining a cluster: its address, token and
 checks), folder_lock (one `run` a study folder at a time), store (the SQLite results store),
 verdicts (every study's tests: paired or Welch t, TOST, Holm, power), effects (the effects
 table), width (the width-vs-M analysis), kernel_report (the kernel-vs-sgd report), budget
-(what a scale costs), summary (the README's generated result blocks).
+(what a scale costs), summary (the README's generated result blocks), status (what a store
+holds of a grid: runs done, failed, made by other code).
 
 Where stores live: `run` writes under the current working folder (--out, default
 verify/studies/results/STUDY/SCALE/): inside the checkout that is the committed stores' folder,

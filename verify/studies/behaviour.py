@@ -41,22 +41,21 @@ import math
 import os
 from pathlib import Path
 
+from verify.studies.grids import PROGRAMS
+from verify.studies.store import RunStore
+
 RTOL = 1e-6
 ATOL = 1e-12
 CURRENT, OTHER, UNKNOWN = "current", "other", "unknown"
 
 
 def has_behaviour(program: str) -> bool:
-    from verify.studies.commands import PROGRAMS
-
     return hasattr(PROGRAMS[program].load(), "behaviour")
 
 
 def record(program: str, config: dict) -> dict[str, list[float]] | None:
     """The behaviour record of the run of `program` whose key is `config` (a resolved
     configuration, as run_config gives it and a store keeps it; None: the program has none)."""
-    from verify.studies.commands import PROGRAMS
-
     module = PROGRAMS[program].load()
     if not hasattr(module, "behaviour"):
         return None
@@ -150,7 +149,6 @@ def record_missing(program: str, store_path: Path, fingerprint: str, progress: b
     the code that made it. Runs made by other or unknown code are left as they are (only a
     rerun can attest them). Returns the counts."""
     from verify.cli import progress as progress_bar
-    from verify.studies.store import RunStore
 
     if not has_behaviour(program):
         return dict(recorded=0, had=0, other_code=0, program_has_none=True)
@@ -175,7 +173,6 @@ def attest(program: str, store_path: Path, fingerprint: str, progress: bool | No
     was shown to compute what each run computed, and a reader of that code (a fresh clone, CI)
     judges it current without replaying. Returns the counts, with why each that differs does."""
     from verify.cli import progress as progress_bar
-    from verify.studies.store import RunStore
 
     counts = dict(attested=0, already=0, differ={}, no_record=0)
     if not has_behaviour(program):

@@ -23,7 +23,8 @@ from __future__ import annotations
 import heapq
 from dataclasses import dataclass
 
-from verify.studies import behaviour
+from verify.studies import behaviour, grids, provenance
+from verify.studies.store import RunStore
 
 SEED_SETTINGS = ("seed", "split_seed")  # a run's random draws: the same work, other numbers
 
@@ -67,13 +68,9 @@ def _without_seeds(config: dict) -> str:
 
 
 def study_budget(name: str, scale: str) -> StudyBudget:
-    """The budget of one study at `scale`, read from its store (driver.stored_out)."""
-    from verify.studies import commands as driver
-    from verify.studies import provenance
-    from verify.studies.store import RunStore
-
-    _, runs = driver.expand(name, scale)
-    store = driver.stored_out(name, scale) / "study.sqlite"
+    """The budget of one study at `scale`, read from its store (grids.stored_out)."""
+    _, runs = grids.expand(name, scale)
+    store = grids.stored_out(name, scale) / "study.sqlite"
     rows = []
     if store.is_file():
         with RunStore(store, readonly=True) as s:
@@ -106,9 +103,7 @@ def study_budget(name: str, scale: str) -> StudyBudget:
 
 def budget_table(scale: str, workers: int) -> dict:
     """Every study's budget at `scale`, and the totals for `run all` on `workers` workers."""
-    from verify.studies import commands as driver
-
-    studies = [study_budget(name, scale) for name in driver.study_names()]
+    studies = [study_budget(name, scale) for name in grids.study_names()]
     rows = [dict(study=b.study, runs=b.runs, current=b.current, measured=b.measured, matched=b.matched,
                  guessed=b.guessed, unknown=b.unknown, core_minutes=b.core_minutes(),
                  core_minutes_left=b.core_minutes(only_left=True), wall_minutes=b.wall_minutes(workers),
@@ -148,15 +143,12 @@ def cheapest_with_verdicts(scale: str = "cpu") -> tuple[str, int, float] | None:
     than one seed (or split seed): the ones whose verdicts can be tested (one draw an arm has no
     variance). Read from the stores' run times only (no code is judged, nothing is replayed);
     None where no store holds a whole grid."""
-    from verify.studies import commands as driver
-    from verify.studies.store import RunStore
-
     best = None
-    for name in driver.study_names():
-        _, runs = driver.expand(name, scale)
+    for name in grids.study_names():
+        _, runs = grids.expand(name, scale)
         if len({tuple(r.config.get(k) for k in SEED_SETTINGS) for r in runs}) < 2:
             continue
-        store = driver.stored_out(name, scale) / "study.sqlite"
+        store = grids.stored_out(name, scale) / "study.sqlite"
         if not store.is_file():
             continue
         with RunStore(store, readonly=True) as s:

@@ -57,7 +57,7 @@ from pathlib import Path
 
 from verify import cli
 from verify.cli import UsageError, non_negative_float, positive_float, positive_int
-from verify.studies import behaviour, folder_lock, provenance
+from verify.studies import behaviour, budget, folder_lock, provenance, summary
 from verify.studies.engines import Execution, ray_engine, serial
 from verify.studies.grids import (  # noqa: F401 - the study side's names, as verify.study's users know them
     DEFAULT_PROGRAM,
@@ -81,6 +81,8 @@ from verify.studies.grids import (  # noqa: F401 - the study side's names, as ve
     study_program,
 )
 from verify.studies.ray_cluster import check_address, check_gpus, connect_ray
+from verify.studies.status import n_done, stale_line, store_counts  # noqa: F401 - as verify.study's users know them
+from verify.studies.store import RunStore, reading
 
 ENGINES = ("ray", "serial")
 
@@ -102,8 +104,6 @@ def _run_study(name: str, scale: str, out: Path, *, engine: str = "ray", address
     """Run every run of the study not yet done (and the failed ones with `retry_failed`,
     those made by other or unknown code with `rerun_stale`); each result is committed as
     it arrives. Ray is started only when something is left to run."""
-    from verify.studies.store import RunStore
-
     study, runs = expand(name, scale)
     program = runs[0].program  # a grid has at least one point
     current = provenance.code_fingerprint(program)
@@ -278,8 +278,6 @@ def parse_args(argv=None):
     if args.command in ("list", "budget"):
         return args
     if args.command == "readme":
-        from verify.studies import summary
-
         args.file = Path(args.file) if args.file else summary.readme_path()
         if not args.file.is_file():
             raise UsageError(f"no {args.file}: `readme` rewrites a checkout's README (give --file)")
@@ -368,15 +366,11 @@ def work(args) -> int:
         cli.emit(format_list())
         return cli.EXIT_OK
     if args.command == "readme":
-        from verify.studies import summary
-
         changed = summary.regenerate(args.file)
         cli.emit(f"{args.file}: {len(changed)} result blocks changed" + (f" ({', '.join(changed)})" if changed
                                                                           else ""))
         return cli.EXIT_OK
     if args.command == "budget":
-        from verify.studies import budget
-
         table = budget.budget_table(args.scale, args.workers)
         cli.emit(cli.to_json(table) if args.json else budget.format_budget(table))
         return cli.EXIT_OK
@@ -386,17 +380,15 @@ def work(args) -> int:
         for name in getattr(args, "studies", None) or [args.study]:
             out = args.out if args.study != ALL else cli.prepare_out_dir(default_out(name, args.scale),
                                                                          "--out")
-            summary = run_study(name, args.scale, out, engine=args.engine, address=args.address,
-                                gpus_per_run=args.gpus_per_run, workers=args.workers,
-                                retry_failed=args.retry_failed, rerun_stale=args.rerun_stale,
-                                progress=False if args.no_progress else None, pack=args.pack,
-                                checkpoint_minutes=args.checkpoint_minutes, log=args.log, wait=args.wait,
-                                command=args.invocation)
-            cli.emit(cli.to_json(summary) if args.json else format_summary(summary))
-            violated |= bool(summary["violated"])
+            counts = run_study(name, args.scale, out, engine=args.engine, address=args.address,
+                               gpus_per_run=args.gpus_per_run, workers=args.workers,
+                               retry_failed=args.retry_failed, rerun_stale=args.rerun_stale,
+                               progress=False if args.no_progress else None, pack=args.pack,
+                               checkpoint_minutes=args.checkpoint_minutes, log=args.log, wait=args.wait,
+                               command=args.invocation)
+            cli.emit(cli.to_json(counts) if args.json else format_summary(counts))
+            violated |= bool(counts["violated"])
         if args.scale == "smoke" and not args.json:
-            from verify.studies import budget
-
             cli.emit(budget.smoke_note())
         return cli.EXIT_VIOLATED if violated else cli.EXIT_OK
     program = study_program(args.study)
@@ -415,8 +407,6 @@ def work(args) -> int:
                  f"{replayed['already']} current already; {len(replayed['differ'])} differ"
                  + "".join(f"\n  {key[:12]}: {why}" for key, why in replayed["differ"].items()))
         return cli.EXIT_OK
-    from verify.studies.store import reading
-
     report = PROGRAMS[program].report_module()
     if args.command == "report":
         name, runs = expand(args.study, args.scale)
@@ -426,8 +416,6 @@ def work(args) -> int:
         report.write_table(table, args.out)
         cli.emit(cli.to_json(table) if args.json else report.format_markdown(table))
         if args.scale == "smoke" and not args.json:
-            from verify.studies import budget
-
             cli.emit(budget.smoke_note())
         return cli.EXIT_OK
     # The flag's own string: `-` is stdout, where the count would spoil the CSV (it goes to
@@ -463,41 +451,6 @@ def format_summary(s: dict) -> str:
         lines.append(stale_line(s["stale"], n_done(s), s["stale_unknown"], s["stale_fingerprints"],
                                 s["code_fingerprint"]))
     return "\n".join(lines)
-
-
-def n_done(s: dict) -> int:
-    return s["done"] + s["already_done"]
-
-
-def stale_line(n_stale: int, n_all: int, n_unknown: int, others: list[str], current: str,
-               rerun: str = "--rerun-stale") -> str:
-    """The line `run` and `report` print when stored results were made by other or unknown code."""
-    parts = []
-    if n_stale - n_unknown:
-        parts.append(f"{n_stale - n_unknown} by other code (fingerprint "
-                     f"{', '.join(provenance.short(f) for f in others)})")
-    if n_unknown:
-        parts.append(f"{n_unknown} by unknown code (stored before runs recorded their code)")
-    # This code's fingerprint is named only beside other fingerprints: a table of unknown
-    # code alone (the committed stores) then reads the same whatever code writes it.
-    this = f" (fingerprint {provenance.short(current)})" if n_stale - n_unknown else ""
-    return (f"{n_stale} of {n_all} done runs were not made by this code{this}: "
-            f"{' and '.join(parts)}; rerun them with {rerun}")
-
-
-def store_counts(runs: list[Run], store: Path) -> dict[str, int]:
-    """What `store` holds of the grid `runs` (as it is now): done, failed, done by other or
-    unknown code (verify.studies.behaviour), and rows of an earlier grid, only counted."""
-    from verify.studies.store import RunStore
-
-    with RunStore(store, readonly=True) as s:
-        stored = s.rows()
-    keys = {r.key for r in runs}
-    rows = [r for r in stored if r["key"] in keys]
-    judge = behaviour.Judge(runs[0].program, provenance.code_fingerprint(runs[0].program))
-    done = [r for r in rows if r["status"] == "done"]
-    return dict(done=len(done), failed=sum(r["status"] == "failed" for r in rows),
-                stale=sum(judge(r) != behaviour.CURRENT for r in done), earlier=len(stored) - len(rows))
 
 
 def format_list() -> str:

@@ -29,6 +29,7 @@ from verify.learning.families import DEFAULT_FAMILY, FAMILIES, family_named
 from verify.learning.records import mean_sd, records_of
 from verify.studies import behaviour, verdicts
 from verify.studies.grids import study_analysis, study_deviations, study_plan
+from verify.studies.status import stale_line
 from verify.studies.store import RunStore, reads_report
 
 CONVERGED_R2 = FAMILIES[DEFAULT_FAMILY].convergence[1]  # training R² a hyperteacher run must reach
@@ -193,8 +194,6 @@ def _code_notes(study: str, scale: str, stale: dict[str, list], n_done: int,
     other, unknown = stale["other"], stale["unknown"]
     if not (other or unknown):
         return []
-    from verify.studies.commands import stale_line
-
     return [stale_line(len(other) + len(unknown), n_done, len(unknown),
                        sorted({r["code_fingerprint"] for r in other}), fingerprint,
                        f"`python -m verify.study run {study} --scale {scale} --rerun-stale`")

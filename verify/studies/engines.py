@@ -11,6 +11,7 @@ from pathlib import Path
 from verify.cli import RunPlace
 from verify.studies.execution import run_one, run_pack
 from verify.studies.grids import Run
+from verify.studies.store import config_key
 
 # ----------------------------------------------------------------------------- engines
 
@@ -30,8 +31,6 @@ class Execution:
 def pack_key(run: Run) -> str:
     """Runs with one key can share a pack: all of a run's settings but its seed, split and
     held-out fraction (which change its data, not its student's shape or training)."""
-    from verify.studies.store import config_key
-
     return config_key({k: v for k, v in run.config.items() if k not in ("seed", "split", "held_out")})
 
 

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from verify.cli import UsageError
+from verify.studies.store import config_key
 
 STUDIES_DIR = Path(__file__).parent
 # Where `run` writes by default: relative to the working folder, so that inside the checkout
@@ -279,8 +280,6 @@ def own_parameters(params: dict, program: str = DEFAULT_PROGRAM) -> dict:
 def expand(name: str, scale: str) -> tuple[str, list[Run]]:
     """Every run of the study at `scale`, resolved by its program (config_of: a grid point it
     would refuse is refused here, before any work)."""
-    from verify.studies.store import config_key
-
     study, grids, program = load_study(name, scale)
     module = PROGRAMS[program].load()
     runs, seen, used = [], set(), set()

@@ -101,13 +101,11 @@ def decide(plan: SequentialPlan, look: int, a: np.ndarray, b: np.ndarray, *, del
     """A claim's state at look `look` (0-based) from the cumulative values of its arms (`a`
     treatment, `b` control; paired by position where test is paired). `paper` says which
     target the futility rule plans for: an effect of δ, or equivalence within δ."""
-    from verify.studies.verdicts import _moments, _p_values
-
     level = plan.levels(family)[look]
     last = look == len(plan.looks) - 1
     a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
-    diff, se, df = _moments(test, a, b)
-    p, p_eq = _p_values(test, a, b, delta, diff, se)
+    diff, se, df = verdicts._moments(test, a, b)
+    p, p_eq = verdicts._p_values(test, a, b, delta, diff, se)
     out = Decision(OPEN, look + 1, level, diff, p, p_eq)
     differs, within = p < level, p_eq < level
     if differs and within:

@@ -28,6 +28,7 @@ import time
 
 from verify import cli
 from verify.cli import UsageError, positive_int
+from verify.studies.grids import expand
 
 
 class _Fitted(Exception):
@@ -142,8 +143,6 @@ def _matches(params: dict, only: list[str]) -> bool:
 
 
 def work(ns: argparse.Namespace) -> int:
-    from verify.studies.grids import expand
-
     _, runs = expand(ns.study, ns.scale)
     points, seen = [], set()
     for r in runs:

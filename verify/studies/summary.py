@@ -23,6 +23,11 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from verify.studies import budget, grids, provenance
+from verify.studies.effects import _cell, key_cell
+from verify.studies.status import store_counts
+from verify.studies.store import RunStore
+
 SCALE = "cpu"
 BLOCK = re.compile(r"(<!-- results: (?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- /results: (?P=name) -->)", re.S)
 # Settings a block folds into the network it names.
@@ -42,28 +47,23 @@ def replace_blocks(text: str, made: dict[str, str]) -> str:
 def generate(name: str) -> str:
     """The body of block NAME, ending in a newline."""
     if name == "budget":
-        from verify.studies import budget
-
         return budget.summary_line(budget.budget_table(SCALE, 2)) + "\n"
     if name == "grids":
         return grids_table() + "\n"
-    from verify.studies import commands as driver
-    from verify.studies import grids, provenance
-
-    if name not in driver.study_names():
+    if name not in grids.study_names():
         raise ValueError(f"README block {name!r}: not a study, nor `budget`")
-    _, runs = driver.expand(name, SCALE)
+    _, runs = grids.expand(name, SCALE)
     program = runs[0].program
     store = grids.PACKAGED_RESULTS_DIR / name / SCALE
     if not (store / "study.sqlite").is_file():
         return f"*No committed {SCALE}-scale store for `{name}` yet.*\n"
-    report = driver.PROGRAMS[program].report_module()
+    report = grids.PROGRAMS[program].report_module()
     table = report.effects_table(name, SCALE, store, keys={r.key for r in runs},
                                  fingerprint=provenance.code_fingerprint(program))
     head = _head(name, store, {r.key for r in runs}, table)
     if hasattr(report, "format_compact"):  # a report with a README block of its own
         return head + report.format_compact(table) + "\n"
-    if program != driver.DEFAULT_PROGRAM:
+    if program != grids.DEFAULT_PROGRAM:
         return head + _demote(report.format_markdown(table, runs=False)) + "\n"
     if "analysis" in table:
         analysis = grids.study_analysis(name)
@@ -73,29 +73,24 @@ def generate(name: str) -> str:
 
 def grids_table() -> str:
     """Each study's runs at every scale, and what its committed cpu store holds."""
-    from verify.studies import commands as driver
-    from verify.studies import grids
-
-    lines = ["| study | program | " + " | ".join(driver.SCALES)
+    lines = ["| study | program | " + " | ".join(grids.SCALES)
              + f" | committed {SCALE} store: done (current) |",
-             "|---|---|" + "---:|" * len(driver.SCALES) + "---|"]
-    for name in driver.study_names():
-        counts = {scale: driver.expand(name, scale)[1] for scale in driver.SCALES}
+             "|---|---|" + "---:|" * len(grids.SCALES) + "---|"]
+    for name in grids.study_names():
+        counts = {scale: grids.expand(name, scale)[1] for scale in grids.SCALES}
         program = counts[SCALE][0].program
         store = grids.PACKAGED_RESULTS_DIR / name / SCALE / "study.sqlite"
         held = "—"
         if store.is_file():
-            c = driver.store_counts(counts[SCALE], store)
+            c = store_counts(counts[SCALE], store)
             held = f"{c['done']} ({c['done'] - c['stale']})"
-        lines.append(f"| `{name}` | {program} | " + " | ".join(f"{len(counts[s]):,}" for s in driver.SCALES)
+        lines.append(f"| `{name}` | {program} | " + " | ".join(f"{len(counts[s]):,}" for s in grids.SCALES)
                      + f" | {held} |")
     return "\n".join(lines)
 
 
 def _head(name: str, store: Path, keys: set[str], table: dict) -> str:
     """One line: what the block rests on (runs, run time, the code that made them)."""
-    from verify.studies.store import RunStore
-
     with RunStore(store / "study.sqlite", readonly=True) as s:
         seconds = sum(r["seconds"] or 0 for r in s.rows() if r["status"] == "done" and r["key"] in keys)
     stale = table.get("runs_other_code", 0) + table.get("runs_unknown_code", 0)
@@ -139,8 +134,6 @@ def kept_notes(notes: list[str]) -> list[str]:
 def _label(row: dict, keys: list[str], network: bool) -> str:
     """What a row's line names: its settings and, where several, its network; for a tested
     row, the treatment against its control (`K 2, M 8: held_out 0.25 vs 0.75`)."""
-    from verify.studies.effects import key_cell
-
     parts = {k: f"{k} {key_cell(row.get(k))}" for k in keys}
     net = _network(row) if network else None
     if row.get("effect_vs_random") is not None:
@@ -158,8 +151,6 @@ def compact_lines(table: dict) -> str:
     """One line per comparison the table tests (the treatment's held-out metric, the
     difference, its outcome and test, the paper's claim), or one per row where it tests none;
     then the notes that qualify them."""
-    from verify.studies.effects import _cell
-
     keys = [k for k in table["group_by"] if k not in NETWORK_SETTINGS]
     rows = table["rows"]
     network = len({_network(r) for r in rows}) > 1

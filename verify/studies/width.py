@@ -85,6 +85,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from verify.studies.store import reads_report
+from verify.studies.verdicts import INCONCLUSIVE, interval_side
 
 REACHED, BELOW, NOT_REACHED = "reached", "below the ladder", "not reached"
 CONFIDENCE = 0.95
@@ -377,8 +378,6 @@ def verdict(fit: dict, memorising_slope: float, sqrt_slope: float | None = None,
     baselines alone, never from the data. An interval below 0 means something other than this
     resource limits the smaller M (`text` says so). Flags: `excludes_linear` (lo > 1),
     `excludes_memorising` (hi < memorising_slope), `excludes_sqrt_memorising` (hi < sqrt_slope)."""
-    from verify.studies.verdicts import INCONCLUSIVE, interval_side
-
     if fit["status"] != "fitted":
         reason = fit.get("reason", fit["status"])
         return dict(call=INCONCLUSIVE, short=f"inconclusive ({fit['status']})", excludes_linear=None,
