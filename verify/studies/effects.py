@@ -360,7 +360,7 @@ def _claim_effects(rows: list[dict], varying: list[str], notes: list[str], plan:
             compared.append((r, factor, control, verdicts.Comparison(
                 name=name, treatment=seed_values[id(r)], control=seed_values[id(ref)], claim=claim,
                 condition_fails=unfit(r, ref, seed_values))))
-            r |= fit_effects(r, ref, seed_values, plan.test)
+            r |= fit_effects(r, ref, seed_values, plan.test_for(claim))
     if not compared:
         return
     judged = verdicts.judge([c for *_, c in compared], plan)

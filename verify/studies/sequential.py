@@ -117,8 +117,7 @@ def decide(plan: SequentialPlan, look: int, a: np.ndarray, b: np.ndarray, *, del
     elif last:
         out.state = INCONCLUSIVE
     elif futility:
-        sd = (float((a - b).std(ddof=1)) if test == "paired"
-              else float(math.sqrt((a.var(ddof=1) + b.var(ddof=1)) / 2)))
+        sd = verdicts.arm_sd(test, a, b)
         final = plan.levels(family)[-1]
         target = dict(margin=delta) if paper == verdicts.NO_EFFECT else dict(effect=delta)
         needed = verdicts.seeds_needed(test, sd, alpha=final, power=power, **target)

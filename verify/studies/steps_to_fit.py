@@ -28,7 +28,7 @@ import time
 
 from verify import cli
 from verify.cli import UsageError, positive_int
-from verify.studies.grids import expand
+from verify.studies.grids import expand, study_program
 
 
 class _Fitted(Exception):
@@ -82,21 +82,27 @@ def first_fit(points: list[dict], threshold: float) -> int | None:
     return step
 
 
-def measure(params: dict, max_steps: int, every: int, tasks: int, hold: int) -> dict:
-    """One grid point's curve: train R² and held-out R² every `every` steps, up to max_steps or
+def run_of(params: dict, max_steps: int):
+    """The grid point's verify.sgd run at max_steps, one thread; UsageError for a point this
+    measures nothing of (another family or student)."""
+    from verify.learning import sgd_program
+    from verify.learning.run_config import Runtime
+
+    run = sgd_program.config_of({**params, "steps": max_steps})
+    if run.family != "hyperteacher" or run.student != "mlp":
+        raise UsageError(f"steps_to_fit measures hyperteacher MLP runs; a grid point here is {run.family}, "
+                         f"{run.student}")
+    return run.replace(runtime=Runtime(threads=1, no_progress=True, seeds=(run.seed,)))
+
+
+def measure(run, every: int, tasks: int, hold: int) -> dict:
+    """One run's curve (run_of): train R² and held-out R² every `every` steps, up to its steps or
     until it has fit."""
     from verify.learning import sgd_program
     from verify.learning.families import FAMILIES
-    from verify.learning.run_config import Runtime
     from verify.learning.train import train_student
 
-    run = sgd_program.config_of({**params, "steps": max_steps})
-    run = run.replace(runtime=Runtime(threads=1, no_progress=True, seeds=(run.seed,)))
-    family_cls = FAMILIES[run.family]
-    metric, threshold = family_cls.convergence
-    if run.family != "hyperteacher" or run.student != "mlp":
-        raise UsageError(f"steps_to_fit measures hyperteacher MLP runs; this grid point is {run.family}, "
-                         f"{run.student}")
+    metric, threshold = FAMILIES[run.family].convergence
     prep = sgd_program.prepare(run, progress=False)
     [(shape, (net, widths))] = prep.students.items()
     curve = _Curve(net, prep.sides, prep.family.encode, every, tasks, threshold, hold)
@@ -106,7 +112,7 @@ def measure(params: dict, max_steps: int, every: int, tasks: int, hold: int) -> 
                       widths=widths, log_every=every, speed=prep.speed, tracker=curve)
     except _Fitted:
         pass
-    return dict(params={k: v for k, v in params.items() if k != "steps"}, widths=widths,
+    return dict(widths=widths,
                 threshold=threshold, metric=f"train {metric}",
                 first_fit_step=first_fit(curve.points, threshold),
                 last_step=curve.points[-1]["step"] if curve.points else 0,
@@ -143,6 +149,9 @@ def _matches(params: dict, only: list[str]) -> bool:
 
 
 def work(ns: argparse.Namespace) -> int:
+    if study_program(ns.study) != "verify.sgd":
+        raise UsageError(f"steps_to_fit measures verify.sgd studies; {ns.study} runs "
+                         f"{study_program(ns.study)}")
     _, runs = expand(ns.study, ns.scale)
     points, seen = [], set()
     for r in runs:
@@ -155,12 +164,14 @@ def work(ns: argparse.Namespace) -> int:
         raise UsageError(f"no grid point of {ns.study} ({ns.scale}) matches --only {' '.join(ns.only)}")
     if ns.every > ns.max_steps:
         raise UsageError("--every must be at most --max-steps")
+    todo = [(params, run_of(params, ns.max_steps)) for params in points]  # refused before any work
     log = cli.LineLog(ns.out) if ns.out else None  # an unwritable --out is refused before the work
     results = []
     try:
-        for i, params in enumerate(points, 1):
-            print(f"[{i}/{len(points)}] {params}", file=sys.stderr, flush=True)
-            result = measure(params, ns.max_steps, ns.every, ns.tasks, ns.hold)
+        for i, (params, run) in enumerate(todo, 1):
+            print(f"[{i}/{len(todo)}] {params}", file=sys.stderr, flush=True)
+            result = dict(params={k: v for k, v in params.items() if k != "steps"})
+            result |= measure(run, ns.every, ns.tasks, ns.hold)
             result |= dict(study=ns.study, scale=ns.scale, seed=ns.seed, max_steps=ns.max_steps,
                            every=ns.every, tasks=ns.tasks, hold=ns.hold)
             results.append(result)

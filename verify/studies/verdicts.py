@@ -479,8 +479,11 @@ def seed_sd(c: Comparison, test: str) -> float | None:
     """The seed sd the power calculation reads: of the per-seed differences (paired), or the
     root mean square of the two arms' sds (Welch; with n seeds an arm its se is sd·√(2/n))."""
     a, b = c.arms(test)
-    if min(len(a), len(b)) < 2:
-        return None
+    return arm_sd(test, a, b) if min(len(a), len(b)) >= 2 else None
+
+
+def arm_sd(test: str, a: np.ndarray, b: np.ndarray) -> float:
+    """seed_sd of two arms' values (≥ 2 each): of the differences (paired), else the two sds' rms."""
     if test == "paired":
         return float((a - b).std(ddof=1))
     return float(math.sqrt((a.var(ddof=1) + b.var(ddof=1)) / 2))
