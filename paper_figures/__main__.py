@@ -74,6 +74,10 @@ def build_parser() -> cli.Parser:
     p.add_argument("--fresh", action="store_true",
                    help="recompute every figure's rows; by default a figure whose configuration and "
                         "code are unchanged draws them from OUT/.cache/")
+    p.add_argument("--studies", type=Path, default=None, metavar="DIR",
+                   help="figures 9 and 10 read the studies' stores under DIR/STUDY/cpu (your own runs: "
+                        "python -m verify.study run STUDY --out DIR/STUDY/cpu) instead of the working "
+                        "folder's or the committed ones")
     p.add_argument("--redraw", action="store_true",
                    help="draw the figures again from their data files in --out (NAME.csv, NAME.json), "
                         "computing nothing: writes their PNG and PDF only")
@@ -100,6 +104,8 @@ def parse_args(argv) -> object:
     if args.out is None:  # read at call time, so tests can point the defaults elsewhere
         args.out = PREVIEW_OUT if args.quick else DEFAULT_OUT
     args.out = cli.prepare_out_dir(args.out, "--out", force=None)
+    if args.studies is not None and not args.studies.is_dir():
+        raise UsageError(f"--studies {args.studies}: no such folder (it holds STUDY/cpu/study.sqlite)")
     if args.redraw:
         if args.fresh:
             raise UsageError("--redraw computes nothing: it cannot be --fresh")
@@ -138,6 +144,7 @@ def work(args) -> int:
     from paper_figures import common
 
     fresh = common.FRESH.set(args.fresh)
+    root = common.STUDIES_ROOT.set(args.studies)
     try:
         for entry in args.figures:
             start = time.perf_counter()
@@ -152,6 +159,7 @@ def work(args) -> int:
         write_captions(args.out)  # quietly: the output is one line a figure
     finally:
         common.FRESH.reset(fresh)
+        common.STUDIES_ROOT.reset(root)
         torch.set_num_threads(threads)  # main() also runs in-process, from the tests
     if failed:
         print(f"{len(failed)} check(s) failed: the data contradict the theory", file=sys.stderr)

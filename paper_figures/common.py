@@ -107,6 +107,8 @@ def plain_ticks(axis, xs) -> None:
 CACHE_DIR = ".cache"
 # Set by `python -m paper_figures --fresh`: every cached computation runs again.
 FRESH: contextvars.ContextVar[bool] = contextvars.ContextVar("fresh", default=False)
+# Set by `python -m paper_figures --studies DIR`: the studies figures read DIR/STUDY/SCALE.
+STUDIES_ROOT: contextvars.ContextVar[Path | None] = contextvars.ContextVar("studies_root", default=None)
 
 
 def cached(out: Path, name: str, config, code: str, compute: Callable[[], object]):

@@ -48,7 +48,7 @@ from paper_figures.fig9_studies import (
     table,
 )
 from verify.learning.families import PreferenceFamily
-from verify.studies.commands import expand
+from verify.studies.grids import expand
 
 NAME = "fig10_preference"
 # The figure's caption: its PDF's Subject and its entry in captions.md.

@@ -11,9 +11,11 @@ against the construction's ε, one line per MLP shape;
 (f) convergence: every row's training R² against the 0.99 the studies require.
 Each point is the mean over seeds (bars: ± sd). A panel reads its study's `cpu` store (the
 working folder's verify/studies/results/STUDY/cpu, else the committed one shipped with the
-package); when that holds no finished run it falls back to the `smoke` store under the
-working folder (running the smoke study, seconds, if that is empty too) and says so in its
-title: smoke runs train for 20 steps and are no result. With --quick every panel is smoke
+package; with `python -m paper_figures --studies DIR`, DIR/STUDY/cpu: a user's own stores, as
+`python -m verify.study run STUDY --out DIR/STUDY/cpu` writes them); when that holds no
+finished run it falls back to the `smoke` store under the working folder (running the smoke
+study, seconds, if that is empty too) and says so in its title: smoke runs train for 20 steps
+and are no result. With --quick every panel is smoke
 data. A panel whose runs were made by other code than the installed one (another code
 fingerprint) or by unknown code says so in its title, and each point in the data carries
 its `code` (current, or how many of its runs are other/unknown).
@@ -26,6 +28,7 @@ from pathlib import Path
 from paper_figures.common import (
     COLOURS,
     MARKERS,
+    STUDIES_ROOT,
     FigureResult,
     finish,
     new_figure,
@@ -37,6 +40,7 @@ from verify.learning.families import HyperteacherFamily
 from verify.studies import provenance
 from verify.studies.commands import default_out, expand, run_study, stored_out
 from verify.studies.effects import CONVERGED_R2, effects_table
+from verify.studies.staged import planned_runs
 from verify.studies.store import RunStore, reading
 
 NAME = "fig9_studies"
@@ -62,13 +66,16 @@ def has_results(out: Path) -> bool:
 
 def store_of(study: str, quick: bool, progress: bool | None) -> tuple[str, Path, set[str]]:
     """(scale, store folder, the grid's run keys) a studies figure reads: the cpu store when
-    it holds a finished run (and not --quick), else the smoke store, run now where it lacks runs."""
-    if not quick and has_results(stored_out(study, "cpu")):
-        scale, out = "cpu", stored_out(study, "cpu")
+    it holds a finished run (and not --quick), else the smoke store, run now where it lacks runs.
+    The cpu store is STUDIES_ROOT/STUDY/cpu where --studies names a root (a user's own runs)."""
+    root = STUDIES_ROOT.get()
+    cpu = root / study / "cpu" if root is not None else stored_out(study, "cpu")
+    if not quick and has_results(cpu):
+        scale, out = "cpu", cpu
     else:
         scale, out = "smoke", default_out(study, "smoke")
         run_study(study, "smoke", out, engine="serial", progress=progress)  # only what is missing
-    return scale, out, {r.key for r in expand(study, scale)[1]}
+    return scale, out, {r.key for r in planned_runs(study, scale, out)[1]}
 
 
 def table(study: str, quick: bool, progress: bool | None) -> dict:

@@ -23,7 +23,10 @@ marked as made by other code.
   report STUDY             the paper's effects table from the store, without training (the
                            program's own report: verify.images.train's gives the correlation)
   export STUDY             every run as CSV
-  list                     the studies and what their stores hold
+  compare STUDY --out DIR  your rerun's table beside the committed one: row by row, the means
+                           (within verify.studies.compare.TOLERANCE) and the verdicts
+  list                     the studies and what their stores hold (--out ROOT: your stores,
+                           ROOT/STUDY/SCALE)
   budget                   what regenerating a scale costs (verify.studies.budget)
   readme                   rewrite the README's result blocks (verify.studies.summary)
   record-behaviour STUDY   record the behaviour of runs this code made before runs did, and
@@ -59,7 +62,7 @@ from pathlib import Path
 
 from verify import cli
 from verify.cli import UsageError, non_negative_float, positive_float, positive_int
-from verify.studies import behaviour, budget, folder_lock, provenance, staged, summary
+from verify.studies import behaviour, budget, compare, folder_lock, provenance, staged, summary
 from verify.studies.engines import Execution, ray_engine, serial
 from verify.studies.grids import (  # noqa: F401 - the study side's names, as verify.study's users know them
     DEFAULT_PROGRAM,
@@ -216,7 +219,7 @@ def _collect(results, store, counts: dict, bar, beat) -> None:
 def build_parser() -> cli.Parser:
     p = cli.Parser("python -m verify.study", __doc__)
     sub = p.add_subparsers(dest="command", required=True,
-                           metavar="{run,report,export,list,budget,readme,record-behaviour}")
+                           metavar="{run,report,export,compare,list,budget,readme,record-behaviour}")
 
     def common(sp, scale_default="cpu"):
         sp.add_argument("study", help=f"a study name ({', '.join(study_names())}) or a .yaml path"
@@ -280,7 +283,13 @@ def build_parser() -> cli.Parser:
     ex.add_argument("--csv", metavar="FILE",
                     help="where to write: a file, a FIFO or a device (written in place), or - for stdout "
                          "(default DIR/runs.csv)")
-    sub.add_parser("list", help="the studies, their runs per scale, and what the stores hold")
+    cmp = sub.add_parser("compare", help="your store's table beside the committed one, row by row")
+    common(cmp)
+    cli.add_json(cmp, "the comparison")
+    ls = sub.add_parser("list", help="the studies, their runs per scale, and what the stores hold")
+    ls.add_argument("--out", metavar="ROOT", type=Path,
+                    help="read the stores under ROOT/STUDY/SCALE (as `run STUDY --out ROOT/STUDY/SCALE` "
+                         "writes them) instead of the working folder's or the committed ones")
     b = sub.add_parser("budget", help="what regenerating a scale costs: core and wall time per study, in "
                                       "all and left, from the stored run times")
     b.add_argument("--scale", default="cpu", choices=SCALES, help="the scale (default cpu)")
@@ -305,7 +314,11 @@ def parse_args(argv=None):
     argv = sys.argv[1:] if argv is None else list(argv)
     args = build_parser().parse_args(argv)
     args.invocation = shlex.join(["python", "-m", "verify.study", *argv])  # names a lock's holder
-    if args.command in ("list", "budget"):
+    if args.command == "list":
+        if args.out is not None and not args.out.is_dir():
+            raise UsageError(f"--out {args.out}: no such folder (it holds STUDY/SCALE/study.sqlite)")
+        return args
+    if args.command == "budget":
         return args
     if args.command == "readme":
         args.file = Path(args.file) if args.file else summary.readme_path()
@@ -361,7 +374,12 @@ def parse_args(argv=None):
     # report and export read `store` (the working folder's, else the committed one in the
     # package) and write into `out` (always the working folder's, or --out).
     args.store = Path(args.out) if args.out else stored_out(args.study, args.scale)
-    reads = ("report", "export", "record-behaviour")
+    if args.command == "compare":
+        if not args.out:
+            raise UsageError("compare needs --out DIR: the folder of your own run of the study")
+        if is_committed_store(args.store, args.study, args.scale):
+            raise UsageError(f"--out {args.out} is the committed store itself: nothing to compare")
+    reads = ("report", "export", "record-behaviour", "compare")
     if args.command in reads and not (args.store / "study.sqlite").is_file():
         raise UsageError(f"no results for {args.study} ({args.scale}) in {args.store}: run "
                          f"`python -m verify.study run {args.study} --scale {args.scale}` first")
@@ -400,7 +418,7 @@ def _refuse_flags(args, program, study: str) -> None:
 
 def work(args) -> int:
     if args.command == "list":
-        cli.emit(format_list())
+        cli.emit(format_list(args.out))
         return cli.EXIT_OK
     if args.command == "readme":
         changed = summary.regenerate(args.file)
@@ -445,12 +463,18 @@ def work(args) -> int:
                  f"{replayed['already']} current already; {len(replayed['differ'])} differ"
                  + "".join(f"\n  {key[:12]}: {why}" for key, why in replayed["differ"].items()))
         return cli.EXIT_OK
+    if args.command == "compare":
+        c = compare.compare(args.study, args.scale, args.store)
+        cli.emit(cli.to_json(c) if args.json else compare.format_comparison(c))
+        return cli.EXIT_OK
     report = PROGRAMS[program].report_module()
     if args.command == "report":
         name, runs = staged.planned_runs(args.study, args.scale, args.store)
+        # verify.sgd's report takes the plan from the study file (a .yaml path's `name:` may differ).
+        plan = dict(plan=study_plan(args.study)) if program == DEFAULT_PROGRAM else {}
         with reading(args.store / "study.sqlite"):  # a report of another format: one line naming the store
             table = report.effects_table(name, args.scale, args.store, keys={r.key for r in runs},
-                                         fingerprint=provenance.code_fingerprint(program))
+                                         fingerprint=provenance.code_fingerprint(program), **plan)
         report.write_table(table, args.out)
         cli.emit(cli.to_json(table) if args.json else report.format_markdown(table))
         if args.scale == "smoke" and not args.json:
@@ -496,13 +520,16 @@ def format_summary(s: dict) -> str:
     return "\n".join(lines)
 
 
-def format_list() -> str:
+def format_list(root: Path | None = None) -> str:
+    """Per study and scale, its runs and what its store holds: the working folder's (else the
+    committed one), or with `root` ROOT/STUDY/SCALE."""
     lines, width = [], max(map(len, study_names()))
     for name in study_names():
         parts = []
         for scale in SCALES:
-            _, runs = staged.planned_runs(name, scale, stored_out(name, scale))
-            store = stored_out(name, scale) / "study.sqlite"
+            folder = root / name / scale if root is not None else stored_out(name, scale)
+            _, runs = staged.planned_runs(name, scale, folder)
+            store = folder / "study.sqlite"
             held = ""
             if store.is_file():
                 c = store_counts(runs, store)
