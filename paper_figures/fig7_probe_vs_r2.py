@@ -113,6 +113,27 @@ def compute(p: sgd_data.SgdPlan, progress: bool | None = None) -> tuple[list[dic
     return rows, meta
 
 
+def label_points(ax, rows: list[dict], near: float = 30.0) -> None:
+    """Each point's training tasks beside it. Points chained within `near` pixels of one another
+    (runs that land together, such as the construction's at R² 1) share one label, their numbers
+    joined, set above the group's highest point (leftwards in the right half), clear of the
+    group: one label a point would pile up there."""
+    ax.autoscale_view()
+    shown = ax.transData.transform(np.array([(r["x"], r["y"]) for r in rows], dtype=float))
+    groups: list[set[int]] = []
+    for i in range(len(rows)):
+        joined = [g for g in groups if any(np.hypot(*(shown[j] - shown[i])) < near for j in g)]
+        merged = {i}.union(*joined)
+        groups = [g for g in groups if g not in joined] + [merged]
+    middle = ax.transAxes.transform((0.5, 0.5))[0]
+    for g in groups:
+        text = ", ".join(sorted({f"{rows[i]['n_train']:.0f}" for i in g}, key=float))
+        top = max(g, key=lambda i: (shown[i][1], shown[i][0]))
+        right = shown[top][0] > middle
+        ax.annotate(text, (rows[top]["x"], rows[top]["y"]), xytext=(-4 if right else 4, 7),
+                    textcoords="offset points", ha="right" if right else "left", fontsize=6.5, color="0.35")
+
+
 def plot(rows: list[dict], meta: dict, p: sgd_data.SgdPlan):
     fig, axes = new_figure(1, 2, figsize=(10.5, 6.0), gridspec_kw=dict(width_ratios=[1, 0.42]))
     ax, side = axes[0]
@@ -127,9 +148,7 @@ def plot(rows: list[dict], meta: dict, p: sgd_data.SgdPlan):
     if any(r["series"] == "construction" for r in rows):
         plot_series(ax, rows, "construction", "a", ls="none", marker="*", ms=10, color="k", mfc="white",
                     label="construction (not in r)")
-    for r in rows:
-        ax.annotate(f"{r['n_train']:.0f}", (r["x"], r["y"]), xytext=(4, 3), textcoords="offset points",
-                    fontsize=6.5, color="0.35")
+    label_points(ax, rows)
     ax.axhline(1.0, color="0.3", lw=0.8, zorder=0)
     ax.set(xlabel="probe R² for z, last hidden layer (held-out tasks)", ylabel="held-out compositional R²",
            title=f"Decodability of z vs compositional generalization  (I={p.I}, H={p.H}, O={p.O}, M={p.M}, "
