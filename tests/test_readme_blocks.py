@@ -205,3 +205,13 @@ def test_a_marker_without_its_tolerance_or_with_wrong_modes_is_refused():
     with pytest.raises(ValueError, match="field"):
         readme.output_of(readme.blocks("<!-- output: python -m verify.bound | rel 1 | test twice -->\n"
                                        "```\nx\n```\n")[0])
+
+
+def test_a_number_drifted_in_the_readmes_own_bound_block_fails_against_a_fresh_run():
+    block = next(b for b in OUTPUTS if readme.output_of(b).source.startswith("python -m verify.bound"))
+    spec = readme.output_of(block)
+    command, expected = spec.parts[0]
+    assert readme.compare(printed(command), expected, spec.rel, spec.abs) == []
+    drifted = [line.replace("= 0.262 ×", "= 0.272 ×") for line in expected]
+    assert drifted != expected
+    assert readme.compare(printed(command), drifted, spec.rel, spec.abs)
