@@ -1,6 +1,6 @@
 """The README's code blocks, read, run, compared and regenerated (issue 44, part 5).
 
-    python -m tests.readme              # rewrite every generated output block (about 3 min)
+    python -m tests.readme              # rewrite every output block the test runs (~2.5 min)
     python -m tests.readme --expensive  # and the blocks whose commands run for minutes (+ ~10 min)
     python -m tests.readme --check      # say which blocks differ from a fresh run; write nothing
 
