@@ -6,8 +6,10 @@ paper_figures/preview/ with --quick, whose tiny figures are marked PREVIEW on th
 and "preview": true in their JSON. Each file appears under its name only once complete.
 A figure's expensive rows are cached in OUT/.cache/, keyed by its configuration and the
 fingerprint of the code that computes them: an unchanged figure redraws in seconds; --fresh
-recomputes. Exit codes: 0 every figure's checks hold, 1 some figure's data contradict the theory,
-2 usage error, 3 internal error, 130 interrupted.
+recomputes. --redraw draws each figure again from its data files in --out, computing nothing
+(its PNG and PDF only). Every run also writes OUT/captions.md: each figure's caption (its
+module's CAPTION, which is also its PDF's Subject). Exit codes: 0 every figure's checks hold,
+1 some figure's data contradict the theory, 2 usage error, 3 internal error, 130 interrupted.
 """
 
 from __future__ import annotations
@@ -72,6 +74,13 @@ def build_parser() -> cli.Parser:
     p.add_argument("--fresh", action="store_true",
                    help="recompute every figure's rows; by default a figure whose configuration and "
                         "code are unchanged draws them from OUT/.cache/")
+    p.add_argument("--studies", type=Path, default=None, metavar="DIR",
+                   help="figures 9 and 10 read the studies' stores under DIR/STUDY/cpu (your own runs: "
+                        "python -m verify.study run STUDY --out DIR/STUDY/cpu) instead of the working "
+                        "folder's or the committed ones")
+    p.add_argument("--redraw", action="store_true",
+                   help="draw the figures again from their data files in --out (NAME.csv, NAME.json), "
+                        "computing nothing: writes their PNG and PDF only")
     cli.add_common(p, threads_default=str(DEFAULT_THREADS))
     return p
 
@@ -95,13 +104,34 @@ def parse_args(argv) -> object:
     if args.out is None:  # read at call time, so tests can point the defaults elsewhere
         args.out = PREVIEW_OUT if args.quick else DEFAULT_OUT
     args.out = cli.prepare_out_dir(args.out, "--out", force=None)
+    if args.studies is not None and not args.studies.is_dir():
+        raise UsageError(f"--studies {args.studies}: no such folder (it holds STUDY/cpu/study.sqlite)")
+    if args.redraw:
+        if args.fresh:
+            raise UsageError("--redraw computes nothing: it cannot be --fresh")
+        missing = [e.name for e in args.figures if not (args.out / f"{e.name}.json").is_file()]
+        if missing:
+            raise UsageError(f"--redraw: no data files for {', '.join(missing)} in {args.out}; "
+                             "run without --redraw to make them")
     return args
 
 
 def run_figure(entry: Entry, args, progress: bool | None):
-    """Draw and write one figure under a bar that shows its name and elapsed time."""
+    """Draw and write one figure under a bar that shows its name and elapsed time (with
+    --redraw: from its data files)."""
     with cli.phase(entry.name, progress):
+        if args.redraw:
+            from paper_figures import common
+
+            return common.redraw(load(entry), args.out)
         return load(entry).make(args.out, quick=args.quick, seed=args.seed, progress=progress)
+
+
+def write_captions(out: Path) -> Path:
+    """OUT/captions.md: every registered figure's caption, from its module's CAPTION."""
+    from paper_figures import common
+
+    return common.write_captions(out, [(e.name, getattr(load(e), "CAPTION", "")) for e in FIGURES])
 
 
 def work(args) -> int:
@@ -114,6 +144,7 @@ def work(args) -> int:
     from paper_figures import common
 
     fresh = common.FRESH.set(args.fresh)
+    root = common.STUDIES_ROOT.set(args.studies)
     try:
         for entry in args.figures:
             start = time.perf_counter()
@@ -125,8 +156,10 @@ def work(args) -> int:
                 if not ok:
                     cli.emit(f"  FAIL {check}")
                     failed.append(f"{entry.name}: {check}")
+        write_captions(args.out)  # quietly: the output is one line a figure
     finally:
         common.FRESH.reset(fresh)
+        common.STUDIES_ROOT.reset(root)
         torch.set_num_threads(threads)  # main() also runs in-process, from the tests
     if failed:
         print(f"{len(failed)} check(s) failed: the data contradict the theory", file=sys.stderr)

@@ -38,6 +38,7 @@ import numpy as np
 matplotlib.use("Agg")
 
 from matplotlib.figure import Figure  # noqa: E402
+from matplotlib.ticker import NullFormatter, ScalarFormatter  # noqa: E402
 
 from verify import cli  # noqa: E402
 
@@ -62,6 +63,7 @@ class FigureResult:
     checks: dict[str, bool] = field(default_factory=dict)  # theory claims the data must meet
     files: list[Path] = field(default_factory=list)
     preview: bool = False  # a --quick figure: marked as such on the picture and in the JSON
+    caption: str = ""  # what the figure shows, in words: the PDF's Subject and captions.md
 
     @property
     def passed(self) -> bool:
@@ -90,9 +92,23 @@ def plot_series(ax, rows: list[dict], series: str, panel: str, **style):
     return line
 
 
+
+def plain_ticks(axis, xs) -> None:
+    """Log axes labelled in plain numbers: x at the given values, y at matplotlib's decades."""
+    xs = sorted(set(xs))
+    if xs:
+        axis.set_xticks(xs, [f"{x:g}" for x in xs])
+    axis.xaxis.set_minor_formatter(NullFormatter())
+    if axis.get_yscale() == "log":
+        axis.yaxis.set_major_formatter(ScalarFormatter())
+        axis.yaxis.set_minor_formatter(NullFormatter())
+
+
 CACHE_DIR = ".cache"
 # Set by `python -m paper_figures --fresh`: every cached computation runs again.
 FRESH: contextvars.ContextVar[bool] = contextvars.ContextVar("fresh", default=False)
+# Set by `python -m paper_figures --studies DIR`: the studies figures read DIR/STUDY/SCALE.
+STUDIES_ROOT: contextvars.ContextVar[Path | None] = contextvars.ContextVar("studies_root", default=None)
 
 
 def cached(out: Path, name: str, config, code: str, compute: Callable[[], object]):
@@ -162,6 +178,51 @@ def read_csv(path: Path) -> list[dict]:
         return [{k: (parse(v) if v != "" else v) for k, v in r.items()} for r in csv.DictReader(f)]
 
 
+def _cell(text: str):
+    """One CSV cell back as write_csv had it: an int, a float (repr round-trips), a bool,
+    None (an empty cell) or a string."""
+    if text == "":
+        return None
+    if text in ("True", "False"):
+        return text == "True"
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
+def load_data(out: Path, name: str) -> tuple[list[dict], dict]:
+    """A figure's rows and meta back from its data files in `out` (<name>.csv, <name>.json),
+    as its `make` held them when it drew the figure (but that every row has every column,
+    None where the row had none): what `redraw` draws from."""
+    out = Path(out)
+    rows = []
+    csv_path = out / f"{name}.csv"
+    if csv_path.is_file():
+        with open(csv_path, newline="") as f:
+            rows = [{k: _cell(v) for k, v in r.items()} for r in csv.DictReader(f)]
+    meta = json.loads((out / f"{name}.json").read_text())
+    return rows, meta
+
+
+def config_of(meta: dict, key: str, quick, default):
+    """The configuration (`quick` for a preview's data, else `default`) that figure data's
+    meta[key] records, its seed as recorded: a figure redrawn from its files is drawn as it
+    was made. ValueError when the data were made under another configuration."""
+    cfg = quick if meta.get("preview") else default
+    said = meta.get(key) or {}
+    fields = {f.name for f in dataclasses.fields(cfg)}
+    if "seed" in said and "seed" in fields:
+        cfg = dataclasses.replace(cfg, seed=said["seed"])
+    if "seeds" in said and "seeds" in fields and said["seeds"]:
+        cfg = dataclasses.replace(cfg, seeds=tuple(said["seeds"][0] + s - cfg.seeds[0] for s in cfg.seeds))
+    if to_plain(cfg) != said:
+        raise ValueError(f"the data's {key} is not this module's configuration: redraw it with `make`")
+    return cfg
+
+
 def mark_preview(figure: Figure) -> None:
     """Write PREVIEW_TEXT across the figure, once, above everything drawn."""
     if any(t.get_gid() == PREVIEW_GID for t in figure.texts):
@@ -173,10 +234,14 @@ def mark_preview(figure: Figure) -> None:
                 alpha=0.35, zorder=1000, linespacing=1.6)
 
 
-def save(result: FigureResult, out: Path) -> list[Path]:
-    """PNG, PDF, CSV (if there are rows) and JSON, all named after the figure. Each goes
-    through a temporary file renamed when complete; the JSON comes last, so a figure
-    whose JSON is there has all its files."""
+def pdf_metadata(name: str, caption: str) -> dict:
+    """The PDF's document information: the figure's name as its Title and its caption as its
+    Subject, and no date or version stamp (PDF_METADATA)."""
+    return PDF_METADATA | dict(Title=name) | (dict(Subject=caption) if caption else {})
+
+
+def save_picture(result: FigureResult, out: Path) -> list[Path]:
+    """The figure's PNG and PDF (see `save`)."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     if result.preview:
@@ -189,7 +254,16 @@ def save(result: FigureResult, out: Path) -> list[Path]:
     with cli.atomic_path(files[0]) as tmp:
         result.figure.savefig(tmp, format="png", dpi=PNG_DPI, metadata=PNG_METADATA)
     with cli.atomic_path(files[1]) as tmp:
-        result.figure.savefig(tmp, format="pdf", metadata=PDF_METADATA)
+        result.figure.savefig(tmp, format="pdf", metadata=pdf_metadata(result.name, result.caption))
+    return files
+
+
+def save(result: FigureResult, out: Path) -> list[Path]:
+    """PNG, PDF, CSV (if there are rows) and JSON, all named after the figure. Each goes
+    through a temporary file renamed when complete; the JSON comes last, so a figure
+    whose JSON is there has all its files."""
+    files = save_picture(result, out)
+    stem = Path(out) / result.name
     if result.rows:
         files.append(stem.with_suffix(".csv"))
         with cli.atomic_path(files[-1]) as tmp:
@@ -203,13 +277,43 @@ def save(result: FigureResult, out: Path) -> list[Path]:
 
 
 def finish(name: str, figure: Figure, rows: list[dict], meta: dict, out: Path, *,
-           preview: bool = False) -> FigureResult:
+           preview: bool = False, caption: str = "") -> FigureResult:
     """A figure's record, its checks taken out of `meta`, written to `out` (see `save`);
-    `preview` for a --quick figure."""
-    result = FigureResult(name, figure, rows, meta, checks=meta.pop("checks"), preview=preview)
+    `preview` for a --quick figure; `caption` its module's CAPTION."""
+    result = FigureResult(name, figure, rows, meta, checks=meta.pop("checks"), preview=preview,
+                          caption=caption)
     save(result, out)
     return result
 
 
 def log_grid(lo: float, hi: float, n: int = 60) -> np.ndarray:
     return np.geomspace(lo, hi, n)
+
+
+def redraw(module, out: Path) -> FigureResult:
+    """Figure `module`'s figure drawn again from its data files in `out` (load_data and the
+    module's `redraw`), computing nothing: its PNG and PDF are written, with its CAPTION."""
+    rows, meta = load_data(out, module.NAME)
+    result = FigureResult(module.NAME, module.redraw(rows, meta), rows, meta, checks=meta["checks"],
+                          preview=bool(meta.get("preview")), caption=module.CAPTION)
+    result.files = save_picture(result, out)
+    return result
+
+
+CAPTIONS_FILE = "captions.md"
+
+
+def captions_text(captions: list[tuple[str, str]]) -> str:
+    """captions.md: one section per figure, its picture and its caption."""
+    parts = ["# Figure captions", "",
+             "Written by `python -m paper_figures` from each figure module's `CAPTION` (also each PDF's "
+             "Subject); edit the module, not this file.", ""]
+    for name, caption in captions:
+        parts += [f"## {name}", "", f"![{name}]({name}.png)", "", caption, ""]
+    return "\n".join(parts)
+
+
+def write_captions(out: Path, captions: list[tuple[str, str]]) -> Path:
+    path = Path(out) / CAPTIONS_FILE
+    cli.write_text_atomic(path, captions_text(captions))
+    return path

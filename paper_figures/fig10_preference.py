@@ -48,9 +48,18 @@ from paper_figures.fig9_studies import (
     table,
 )
 from verify.learning.families import PreferenceFamily
-from verify.studies.commands import expand
+from verify.studies.grids import expand
 
 NAME = "fig10_preference"
+# The figure's caption: its PDF's Subject and its entry in captions.md.
+CAPTION = (
+    "The preference grid's sweeps run as studies (held-out acc_all: the share of held-out tasks "
+    "imitated with every step right; mean ± sd over seeds). (a) Against training tasks, per (M, K); "
+    "(b) against MLP width, per encoding; (c) per support kind, with the paper's stated effect and "
+    "the measured one; (d) MLP against transformer; (e) every row's training per-step accuracy "
+    "against the convergence threshold; (f) held-out acc_all against per-step accuracy, beside acc^T "
+    "(independent errors)."
+)
 FAMILY = PreferenceFamily
 # Each study and the kind of sweep it is (figure 9's panels by kind).
 KINDS = {"scaling-data-preference": "scaling-data", "scaling-model-preference": "scaling-model",
@@ -161,4 +170,9 @@ def plot(rows: list[dict], meta: dict):
 def make(out: Path, *, quick: bool = False, seed: int = 0, progress: bool | None = None) -> FigureResult:
     del seed  # the studies fix their own seeds
     rows, meta = compute(quick, progress)
-    return finish(NAME, plot(rows, meta), rows, meta, out, preview=quick)
+    return finish(NAME, plot(rows, meta), rows, meta, out, preview=quick, caption=CAPTION)
+
+
+def redraw(rows: list[dict], meta: dict):
+    """The figure again from its data files (common.load_data), computing nothing."""
+    return plot(rows, meta)

@@ -22,12 +22,28 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from matplotlib.ticker import NullFormatter, ScalarFormatter
-
-from paper_figures.common import COLOURS, MARKERS, FigureResult, finish, new_figure, plot_series, select
+from paper_figures.common import (
+    COLOURS,
+    MARKERS,
+    FigureResult,
+    finish,
+    new_figure,
+    plain_ticks,
+    plot_series,
+    select,
+)
 from paper_figures.fig9_studies import _title, stale_note, study_meta, table
 
 NAME = "fig11_width_vs_M"
+# The figure's caption: its PDF's Subject and its entry in captions.md.
+CAPTION = (
+    "The width SGD needs as the number of modules M grows (this project's width-vs-M study). (a) "
+    "Hidden units (depth × w*, w* the narrowest width reaching an R² threshold) against M, log-log, "
+    "with each fitted slope and its 95% interval, beside the construction's units and the "
+    "memoriser's. (b) The training tasks needed at the widest rung, beside M and all tasks Σ C(M,k). "
+    "(c), (d) R² against width per depth, one colour per M: held out solid, in-distribution dashed, "
+    "the thresholds dotted."
+)
 STUDY = "width-vs-M"
 # The criteria drawn: held-out R², and in-distribution R² (the width to fit the training tasks, not
 # capped by how many the split leaves at small M); the report also gives the RMSE ones.
@@ -129,21 +145,10 @@ def _draw_needed(axis, rows: list[dict], panel: str, fits: list[dict]) -> None:
                   ha="center", va="center", fontsize=8, color="tab:red")
 
 
-def plain_ticks(axis, xs) -> None:
-    """Log axes labelled in plain numbers: x at the given values, y at matplotlib's decades."""
-    xs = sorted(set(xs))
-    if xs:
-        axis.set_xticks(xs, [f"{x:g}" for x in xs])
-    axis.xaxis.set_minor_formatter(NullFormatter())
-    if axis.get_yscale() == "log":
-        axis.yaxis.set_major_formatter(ScalarFormatter())
-        axis.yaxis.set_minor_formatter(NullFormatter())
-
-
 def plot(rows: list[dict], meta: dict):
     depths = meta["depths"] or [2]
     ncols = max(2, len(depths))
-    fig, axes = new_figure(2, ncols, figsize=(6.5 * ncols, 10.0))
+    fig, axes = new_figure(2, ncols, figsize=(6.5 * ncols, 11.5))
     ax, bx = axes[0][0], axes[0][1]
     for extra in axes[0][2:]:
         extra.set_axis_off()
@@ -162,8 +167,11 @@ def plot(rows: list[dict], meta: dict):
     for axis, panel in ((ax, "a"), (bx, "b")):
         plain_ticks(axis, [r["x"] for r in rows if r["panel"] == panel])
         axis.grid(True, which="both", alpha=0.3)
-        if axis.get_legend_handles_labels()[0]:
-            axis.legend(fontsize=7, loc="best")
+    # (a)'s lines fill its axes: its legend goes below them, beside (b)'s, which fits in (b).
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.11), frameon=False)
+    if bx.get_legend_handles_labels()[0]:
+        bx.legend(fontsize=7, loc="best")
     for k, (depth, panel) in enumerate(zip(depths, "cdefgh", strict=False)):
         axis = axes[1][k]
         names = sorted({r["series"] for r in rows if r["panel"] == panel and not r.get("in_distribution")},
@@ -200,4 +208,9 @@ def plot(rows: list[dict], meta: dict):
 def make(out: Path, *, quick: bool = False, seed: int = 0, progress: bool | None = None) -> FigureResult:
     del seed  # the study fixes its own seeds
     rows, meta = compute(quick, progress)
-    return finish(NAME, plot(rows, meta), rows, meta, out, preview=quick)
+    return finish(NAME, plot(rows, meta), rows, meta, out, preview=quick, caption=CAPTION)
+
+
+def redraw(rows: list[dict], meta: dict):
+    """The figure again from its data files (common.load_data), computing nothing."""
+    return plot(rows, meta)

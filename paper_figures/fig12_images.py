@@ -30,6 +30,15 @@ from verify.studies import provenance
 from verify.studies.store import RunStore
 
 NAME = "fig12_images"
+# The figure's caption: its PDF's Subject and its entry in captions.md.
+CAPTION = (
+    "Does decodability predict composition? A small text-to-image denoiser (this project's "
+    "image-composition study). (a) Held-out success against held-out decodability, one point per run,"
+    " with the least-squares line and its 95% band. (b) Held-out (solid) and training (dashed) "
+    "success, and (c) held-out decodability, against the number of training combinations, per model. "
+    "(d) Held-out images of two runs beside their prompts, framed green when judged right and red "
+    "when wrong."
+)
 STUDY = "image-composition"
 PROGRAM = "verify.images.train"
 BAND_RESAMPLES = 2000
@@ -233,4 +242,9 @@ def plot(rows: list[dict], meta: dict):
 def make(out: Path, *, quick: bool = False, seed: int = 0, progress: bool | None = None) -> FigureResult:
     del seed  # the study fixes its own seeds
     rows, meta = compute(quick, progress)
-    return finish(NAME, plot(rows, meta), rows, meta, out, preview=quick)
+    return finish(NAME, plot(rows, meta), rows, meta, out, preview=quick, caption=CAPTION)
+
+
+def redraw(rows: list[dict], meta: dict):
+    """The figure again from its data files (common.load_data), computing nothing."""
+    return plot(rows, meta)

@@ -17,13 +17,30 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from paper_figures.common import COLOURS, MARKERS, FigureResult, finish, new_figure, plot_series, select
+from paper_figures.common import (
+    COLOURS,
+    MARKERS,
+    FigureResult,
+    finish,
+    new_figure,
+    plain_ticks,
+    plot_series,
+    select,
+)
 from paper_figures.fig9_studies import code_mark, store_of
-from paper_figures.fig11_width_vs_M import plain_ticks
 from verify.studies import provenance
 from verify.studies.commands import study_deviations
 
 NAME = "fig13_kernel"
+# The figure's caption: its PDF's Subject and its entry in captions.md.
+CAPTION = (
+    "Kernel limit or feature learning? (this project's kernel-vs-sgd study). One panel per task "
+    "encoding: held-out R² against width for the trained MLP (solid) and the MLP linearised at "
+    "initialisation (dashed), mean with 95% intervals over seeds, beside the infinite-width NTK "
+    "(solid grey) and NNGP (dotted) limits with their intervals shaded; the title gives how the gap "
+    "trained − NTK moves with width. Last panel: how far the trained network's NTK moves, ‖Θ_T − Θ_0‖"
+    " / ‖Θ_0‖, against width (log-log)."
+)
 STUDY = "kernel-vs-sgd"
 PROGRAM = "verify.kernel"
 NETWORKS = {"trained": "-", "linearised": "--"}
@@ -70,7 +87,7 @@ def compute(quick: bool, progress: bool | None) -> tuple[list[dict], dict]:
 
 def _title(text: str, meta: dict) -> str:
     scale = meta["scale"]
-    # On a second line: four panels side by side leave a title one panel's width.
+    # On a second line: two panels side by side leave a title one panel's width.
     mark = "\n[SMOKE DATA: 200-step runs, no result]" if scale == "smoke" else f"\n({scale} scale)"
     return text + mark + code_mark(meta["code"])
 
@@ -109,10 +126,18 @@ def _draw_encoding(axis, rows: list[dict], meta: dict, encoding: str, panel: str
 
 def plot(rows: list[dict], meta: dict):
     encodings = meta["encodings"] or ["identity"]
-    fig, axes = new_figure(1, len(encodings) + 1, figsize=(5.2 * (len(encodings) + 1), 4.8))
+    # At most two panels a row: each keeps a width that reads when the figure is printed a
+    # page wide (11 inches wide at most).
+    panels = len(encodings) + 1
+    ncols = min(2, panels)
+    nrows = -(-panels // ncols)
+    fig, axes = new_figure(nrows, ncols, figsize=(5.5 * ncols, 4.6 * nrows + 0.4))
+    flat = [axis for row in axes for axis in row]
     for k, encoding in enumerate(encodings):
-        _draw_encoding(axes[0][k], rows, meta, encoding, "abcdefg"[k])
-    bx = axes[0][-1]
+        _draw_encoding(flat[k], rows, meta, encoding, "abcdefg"[k])
+    bx = flat[len(encodings)]
+    for spare in flat[panels:]:
+        spare.set_axis_off()
     for i, encoding in enumerate(sorted({r["series"] for r in rows if r["panel"] == "movement"})):
         plot_series(bx, rows, encoding, "movement", color=COLOURS[i % len(COLOURS)],
                     marker=MARKERS[i % len(MARKERS)], ms=5, lw=1.3, label=encoding)
@@ -131,4 +156,9 @@ def plot(rows: list[dict], meta: dict):
 def make(out: Path, *, quick: bool = False, seed: int = 0, progress: bool | None = None) -> FigureResult:
     del seed  # the study fixes its own seeds
     rows, meta = compute(quick, progress)
-    return finish(NAME, plot(rows, meta), rows, meta, out, preview=quick)
+    return finish(NAME, plot(rows, meta), rows, meta, out, preview=quick, caption=CAPTION)
+
+
+def redraw(rows: list[dict], meta: dict):
+    """The figure again from its data files (common.load_data), computing nothing."""
+    return plot(rows, meta)

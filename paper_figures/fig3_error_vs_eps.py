@@ -28,6 +28,7 @@ from paper_figures.common import (
     MARKERS,
     FigureResult,
     cached,
+    config_of,
     finish,
     new_figure,
     plot_series,
@@ -36,6 +37,13 @@ from paper_figures.common import (
 from verify.sweep import ERROR_FIT, fit_scaling
 
 NAME = "fig3_error_vs_eps"
+# The figure's caption: its PDF's Subject and its entry in captions.md.
+CAPTION = (
+    "Sup error against ε. (a) Log-log: the line y = ε, the certificate ICa/N², the measured sup error"
+    " (a lower estimate) per M, and the instance bounds on the smallest M (an upper bound on this "
+    "teacher's true sup); the box gives the ratios and the slope of log(measured ÷ certificate) in "
+    "log N. (b) Measured and instance bound divided by the certificate, on linear axes."
+)
 ZK_SECONDS = 3.0  # each instance bound's time budget, per point of its curves
 
 
@@ -147,4 +155,9 @@ def plot(rows: list[dict], meta: dict, sc):
 def make(out: Path, *, quick: bool = False, seed: int = 0, progress: bool | None = None) -> FigureResult:
     p = sweep_data.plan(quick, seed)
     rows, meta = cached(out, NAME, p, __name__, lambda: compute(p, progress))
-    return finish(NAME, plot(rows, meta, p.sweep), rows, meta, out, preview=quick)
+    return finish(NAME, plot(rows, meta, p.sweep), rows, meta, out, preview=quick, caption=CAPTION)
+
+
+def redraw(rows: list[dict], meta: dict):
+    """The figure again from its data files (common.load_data), computing nothing."""
+    return plot(rows, meta, config_of(meta, "sweep", sweep_data.QUICK.sweep, sweep_data.DEFAULT.sweep))

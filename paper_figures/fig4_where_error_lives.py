@@ -20,10 +20,17 @@ import torch
 
 from constructions.shallow import build_shallow
 from constructions.tasks.hyperteacher import HyperteacherConfig, sample_hyperteacher
-from paper_figures.common import FigureResult, cached, finish, new_figure, plot_series, select
+from paper_figures.common import FigureResult, cached, config_of, finish, new_figure, plot_series, select
 from verify.measure import measure_sup_error
 
 NAME = "fig4_where_error_lives"
+# The figure's caption: its PDF's Subject and its entry in captions.md.
+CAPTION = (
+    "Where the construction's error lives. (a) f − g of one output over a slice of (x_0, x_1) for the"
+    " worst task, with the worst point measured (star) and the slice's largest |f − g| (circle). (b) "
+    "The histogram of per-task measured error ÷ certificate over every task, with the certificate "
+    "(ratio 1) and the sup found by gradient ascent."
+)
 
 
 @dataclass(frozen=True)
@@ -124,7 +131,7 @@ def plot(rows: list[dict], meta: dict, cfg: Config):
            title=f"(a) worst task ({z_text}){fixed}\nI={cfg.I}, H={cfg.H}, M={cfg.M}, K={cfg.K}, "
                  f"ε={cfg.eps:g}, N={meta['N']}; max |f − g| here = "
                  f"{s['max_abs_over_certificate']:.3f} × certificate")
-    ax.title.set_fontsize(9)
+    ax.set_title(ax.get_title(), fontsize=9, pad=10)  # clear of the y axis' top tick label
     ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.12), fontsize=8, frameon=False)
 
     t = meta["task_ratios"]
@@ -138,11 +145,17 @@ def plot(rows: list[dict], meta: dict, cfg: Config):
            ylim=(0, None), title=f"(b) per-task error / certificate: median {t['median']:.3f}, "
                                  f"max {t['max']:.3f}")
     bx.title.set_fontsize(9)
-    bx.legend(loc="center right", fontsize=8, framealpha=0.9)
+    # Below the axes, as (a)'s: the lines span the axes' height, with too little room between.
+    bx.legend(loc="upper center", bbox_to_anchor=(0.5, -0.12), fontsize=8, frameon=False)
     return fig
 
 
 def make(out: Path, *, quick: bool = False, seed: int = 0, progress: bool | None = None) -> FigureResult:
     cfg = replace(QUICK if quick else Config(), seed=seed)
     rows, meta = cached(out, NAME, cfg, __name__, lambda: compute(cfg, progress))
-    return finish(NAME, plot(rows, meta, cfg), rows, meta, out, preview=quick)
+    return finish(NAME, plot(rows, meta, cfg), rows, meta, out, preview=quick, caption=CAPTION)
+
+
+def redraw(rows: list[dict], meta: dict):
+    """The figure again from its data files (common.load_data), computing nothing."""
+    return plot(rows, meta, config_of(meta, "config", QUICK, Config()))

@@ -16,9 +16,17 @@ from __future__ import annotations
 from pathlib import Path
 
 from paper_figures import sgd_data
-from paper_figures.common import COLOURS, MARKERS, FigureResult, finish, new_figure, plot_series
+from paper_figures.common import COLOURS, MARKERS, FigureResult, config_of, finish, new_figure, plot_series
 
 NAME = "fig5_sgd_error_vs_size"
+# The figure's caption: its PDF's Subject and its entry in captions.md.
+CAPTION = (
+    "The construction against SGD-trained MLPs with as many hidden units (matched widths, and two "
+    "balanced layers), one size per ε. (a) Sup error and (b) RMSE against hidden units, log-log, on "
+    "training tasks (filled, solid) and held-out tasks (open, dashed); the construction's certificate"
+    " bounds its sup error on every task, and the box gives SGD's ratio to the construction at equal "
+    "size."
+)
 SIDES = (("train", "training tasks"), ("held_out", "held-out tasks"))
 METRICS = (("a", "sup", "sup", "sup error"), ("b", "RMSE", "rmse", "RMSE"))  # panel, series, key, title
 
@@ -107,4 +115,9 @@ def plot(rows: list[dict], meta: dict, p: sgd_data.SgdPlan):
 def make(out: Path, *, quick: bool = False, seed: int = 0, progress: bool | None = None) -> FigureResult:
     p = sgd_data.plan(quick, seed)
     rows, meta = compute(p, progress)
-    return finish(NAME, plot(rows, meta, p), rows, meta, out, preview=quick)
+    return finish(NAME, plot(rows, meta, p), rows, meta, out, preview=quick, caption=CAPTION)
+
+
+def redraw(rows: list[dict], meta: dict):
+    """The figure again from its data files (common.load_data), computing nothing."""
+    return plot(rows, meta, config_of(meta, "plan", sgd_data.QUICK, sgd_data.DEFAULT))

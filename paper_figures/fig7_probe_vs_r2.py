@@ -31,9 +31,16 @@ from pathlib import Path
 import numpy as np
 
 from paper_figures import sgd_data
-from paper_figures.common import COLOURS, MARKERS, FigureResult, finish, new_figure, plot_series
+from paper_figures.common import COLOURS, MARKERS, FigureResult, config_of, finish, new_figure, plot_series
 
 NAME = "fig7_probe_vs_r2"
+# The figure's caption: its PDF's Subject and its entry in captions.md.
+CAPTION = (
+    "Linear decodability of z (the probe's held-out R² at the last hidden layer) against held-out "
+    "compositional R², one point per SGD run of figures 5 and 6 (colour: shape; marker: size; the "
+    "number beside a point: its training tasks), with the construction for "
+    "reference. The side text gives Pearson's r over the SGD runs."
+)
 MIN_POINTS_FOR_R = 3
 
 
@@ -152,4 +159,9 @@ def plot(rows: list[dict], meta: dict, p: sgd_data.SgdPlan):
 def make(out: Path, *, quick: bool = False, seed: int = 0, progress: bool | None = None) -> FigureResult:
     p = sgd_data.plan(quick, seed)
     rows, meta = compute(p, progress)
-    return finish(NAME, plot(rows, meta, p), rows, meta, out, preview=quick)
+    return finish(NAME, plot(rows, meta, p), rows, meta, out, preview=quick, caption=CAPTION)
+
+
+def redraw(rows: list[dict], meta: dict):
+    """The figure again from its data files (common.load_data), computing nothing."""
+    return plot(rows, meta, config_of(meta, "plan", sgd_data.QUICK, sgd_data.DEFAULT))

@@ -11,9 +11,11 @@ against the construction's ε, one line per MLP shape;
 (f) convergence: every row's training R² against the 0.99 the studies require.
 Each point is the mean over seeds (bars: ± sd). A panel reads its study's `cpu` store (the
 working folder's verify/studies/results/STUDY/cpu, else the committed one shipped with the
-package); when that holds no finished run it falls back to the `smoke` store under the
-working folder (running the smoke study, seconds, if that is empty too) and says so in its
-title: smoke runs train for 20 steps and are no result. With --quick every panel is smoke
+package; with `python -m paper_figures --studies DIR`, DIR/STUDY/cpu: a user's own stores, as
+`python -m verify.study run STUDY --out DIR/STUDY/cpu` writes them); when that holds no
+finished run it falls back to the `smoke` store under the working folder (running the smoke
+study, seconds, if that is empty too) and says so in its title: smoke runs train for 20 steps
+and are no result. With --quick every panel is smoke
 data. A panel whose runs were made by other code than the installed one (another code
 fingerprint) or by unknown code says so in its title, and each point in the data carries
 its `code` (current, or how many of its runs are other/unknown).
@@ -23,14 +25,34 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from paper_figures.common import COLOURS, MARKERS, FigureResult, finish, new_figure, plot_series, select
+from paper_figures.common import (
+    COLOURS,
+    MARKERS,
+    STUDIES_ROOT,
+    FigureResult,
+    finish,
+    new_figure,
+    plain_ticks,
+    plot_series,
+    select,
+)
 from verify.learning.families import HyperteacherFamily
 from verify.studies import provenance
 from verify.studies.commands import default_out, expand, run_study, stored_out
 from verify.studies.effects import CONVERGED_R2, effects_table
+from verify.studies.staged import planned_runs
 from verify.studies.store import RunStore, reading
 
 NAME = "fig9_studies"
+# The figure's caption: its PDF's Subject and its entry in captions.md.
+CAPTION = (
+    "The paper's sweeps run as studies (held-out R², mean ± sd over seeds; each panel names the "
+    "store's scale). (a) Against the number of training tasks, per (M, K). (b) Against MLP width, per"
+    " task encoding, with the paper's R² dashed at the right. (c) Per support kind, with the paper's "
+    "stated effect and the measured one against the random support. (d) MLP against transformer, "
+    "against training tasks. (e) SGD's held-out sup error ÷ the construction's at equal hidden units,"
+    " against the construction's ε. (f) Every row's training R² against the 0.99 the studies require."
+)
 PAPER_R2 = HyperteacherFamily.paper_by_encoding  # the paper's held-out R² per encoding
 STUDIES = ("scaling-data", "scaling-model", "task-support", "scaling-law", "size-matched")
 
@@ -44,13 +66,16 @@ def has_results(out: Path) -> bool:
 
 def store_of(study: str, quick: bool, progress: bool | None) -> tuple[str, Path, set[str]]:
     """(scale, store folder, the grid's run keys) a studies figure reads: the cpu store when
-    it holds a finished run (and not --quick), else the smoke store, run now where it lacks runs."""
-    if not quick and has_results(stored_out(study, "cpu")):
-        scale, out = "cpu", stored_out(study, "cpu")
+    it holds a finished run (and not --quick), else the smoke store, run now where it lacks runs.
+    The cpu store is STUDIES_ROOT/STUDY/cpu where --studies names a root (a user's own runs)."""
+    root = STUDIES_ROOT.get()
+    cpu = root / study / "cpu" if root is not None else stored_out(study, "cpu")
+    if not quick and has_results(cpu):
+        scale, out = "cpu", cpu
     else:
         scale, out = "smoke", default_out(study, "smoke")
         run_study(study, "smoke", out, engine="serial", progress=progress)  # only what is missing
-    return scale, out, {r.key for r in expand(study, scale)[1]}
+    return scale, out, {r.key for r in planned_runs(study, scale, out)[1]}
 
 
 def table(study: str, quick: bool, progress: bool | None) -> dict:
@@ -171,13 +196,14 @@ def draw_measured(axis, rows: list[dict], panel: str, *, points: bool = False) -
 def label_support_kinds(axis, rows: list[dict], panel: str) -> None:
     """The task-support panel's ticks (one per support kind) and, over each kind the paper
     makes a claim for (the study file's `verdicts:`), the paper's effect and the verdict on the
-    measured one against the random support."""
+    measured one against the random support, written above its ± sd bar."""
     kinds = select(rows, "support kinds", panel)
     axis.set_xticks([r["x"] for r in kinds], [str(r["split"]).replace("_", "\n") for r in kinds], fontsize=7)
     for r in kinds:
         said = r["paper"]
         if said:
-            axis.annotate(f"paper: {said}\nhere: {r['effect_vs_random'] or '—'}", (r["x"], r["y"]),
+            top = r["y"] + (r["sd"] or 0)
+            axis.annotate(f"paper: {said}\nhere: {r['effect_vs_random'] or '—'}", (r["x"], top),
                           xytext=(0, 6), textcoords="offset points", ha="center", va="bottom", fontsize=6.5)
 
 
@@ -194,7 +220,8 @@ def plot(rows: list[dict], meta: dict):
     (ax, bx, cx), (dx, ex, fx) = axes
     for axis, panel in ((ax, "a"), (bx, "b"), (cx, "c"), (dx, "d"), (ex, "e"), (fx, "f")):
         draw_measured(axis, rows, panel, points=panel in "cf")
-    for axis, where in ((ax, "lower right"), (bx, "lower left"), (dx, "lower left"), (ex, "best"),
+    # (b): in the empty band right of the widest rung, left of the paper's marks.
+    for axis, where in ((ax, "lower right"), (bx, "lower right"), (dx, "lower left"), (ex, "best"),
                         (fx, "lower left")):
         axis.legend(fontsize=7.5, loc=where)
     ax.set(xlabel="training tasks (supports)", ylabel="held-out R²",
@@ -202,8 +229,12 @@ def plot(rows: list[dict], meta: dict):
     bx.set(xscale="log", xlabel="MLP width (dashed: the paper's R², 4×1024, 300k steps)",
            ylabel="held-out R²",
            title=_title("(b) scaling-model", "scaling-model", meta))
+    plain_ticks(bx, [r["x"] for r in rows if r["panel"] == "b" and not r["series"].startswith("paper")])
     label_support_kinds(cx, rows, "c")
-    cx.set(ylabel="held-out R²", title=_title("(c) task-support", "task-support", meta))
+    # Headroom above R² = 1 for the paper's effects written over the points, below the title.
+    cx.set(ylabel="held-out R²", title=_title("(c) task-support", "task-support", meta),
+           ylim=(min([-0.05] + [r["y"] - (r["sd"] or 0) - 0.05 for r in rows if r["panel"] == "c"]), 1.25),
+           yticks=[0.0, 0.2, 0.4, 0.6, 0.8, 1.0])
     dx.set(xscale="log", xlabel="training tasks (supports)", ylabel="held-out R²",
            title=_title("(d) scaling-law: MLP against transformer", "scaling-law", meta))
     ex.set(xscale="log", yscale="log", xlabel="ε of the construction (sets the hidden units)",
@@ -221,4 +252,9 @@ def plot(rows: list[dict], meta: dict):
 def make(out: Path, *, quick: bool = False, seed: int = 0, progress: bool | None = None) -> FigureResult:
     del seed  # the studies fix their own seeds
     rows, meta = compute(quick, progress)
-    return finish(NAME, plot(rows, meta), rows, meta, out, preview=quick)
+    return finish(NAME, plot(rows, meta), rows, meta, out, preview=quick, caption=CAPTION)
+
+
+def redraw(rows: list[dict], meta: dict):
+    """The figure again from its data files (common.load_data), computing nothing."""
+    return plot(rows, meta)

@@ -213,7 +213,8 @@ def test_quick_writes_into_the_preview_folder_never_into_output(capsys, tmp_path
     assert cli.main(["--quick", "--only", "fig2_units_vs_M"]) == 0
     assert not (tmp_path / "output").exists()
     files = [p for p in (tmp_path / "preview").iterdir() if p.is_file()]
-    assert {p.suffix for p in files} == {".png", ".pdf", ".csv", ".json"}
+    assert sorted(p.name for p in files) == [common.CAPTIONS_FILE, *(f"fig2_units_vs_M.{s}" for s in
+                                                                    ("csv", "json", "pdf", "png"))]
     assert (tmp_path / "preview" / common.CACHE_DIR).is_dir()  # the cache goes with the figures
     assert json.loads((tmp_path / "preview" / "fig2_units_vs_M.json").read_text())["preview"] is True
     assert str(tmp_path / "preview") in capsys.readouterr().out

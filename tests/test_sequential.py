@@ -14,12 +14,12 @@ PLAN = S.SequentialPlan((3, 6, 10))
 DELTA, SD = 0.5, 0.3  # a design the last look can power: 4 units an arm detect δ at its level
 
 
-def _rates(plan, effect, *, futility=True, seed=0, delta=DELTA, paper="helps"):
+def _rates(plan, effect, *, futility=True, seed=0, delta=DELTA):
     rng = np.random.default_rng(seed)
     counts = {}
     for _ in range(R):
         d = S.run_plan(plan, lambda n: (rng.normal(effect, SD, n), np.zeros(n)), delta=delta,
-                       futility=futility, paper=paper)
+                       futility=futility)
         counts[d.state] = counts.get(d.state, 0) + 1
     return {k: v / R for k, v in counts.items()}
 
@@ -60,7 +60,7 @@ def test_spending_alpha_at_every_look_would_break_the_size():
 
 
 def test_at_the_margin_equivalence_is_called_at_most_5_percent_of_the_time():
-    rates = _rates(PLAN, DELTA, seed=2, paper="no effect")
+    rates = _rates(PLAN, DELTA, seed=2)
     assert rates.get(S.EQUIVALENT, 0) + rates.get(S.TRIVIAL, 0) <= 0.05 + _tol(0.05), rates
 
 
@@ -79,3 +79,13 @@ def test_futility_stops_early_where_the_last_look_could_not_decide_and_never_rej
     assert d.state == S.FUTILE and (d.units_needed is None or d.units_needed > 10)
     d = S.decide(PLAN, 2, rng.normal(0, 3.0, 10), np.zeros(10), delta=DELTA)
     assert d.state == S.INCONCLUSIVE and d.look == 3
+
+
+def test_a_large_effect_is_not_stopped_for_want_of_power_to_see_delta():
+    """Futility asks whether the last look could decide the claim either way: a difference
+    that is large against a noisy sd goes on (its own effect is within reach), where the same
+    sd around 0 stops."""
+    rng = np.random.default_rng(5)
+    noise = rng.normal(0, 1.0, 3)
+    assert S.decide(PLAN, 0, 2.5 + noise, np.zeros(3), delta=0.1).state == S.OPEN
+    assert S.decide(PLAN, 0, noise - noise.mean(), np.zeros(3), delta=0.1).state == S.FUTILE

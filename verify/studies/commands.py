@@ -17,11 +17,16 @@ marked as made by other code.
 
   run STUDY --scale cpu    run every grid point not yet done (one Ray task per run); `run all`
                            runs every study in turn, so one command regenerates (and resumes)
-                           a scale's whole evidence
+                           a scale's whole evidence; with --until-decided, a study with a
+                           sequential plan then adds seeds, look by look, to the cells of its
+                           undecided claims only (verify.studies.staged)
   report STUDY             the paper's effects table from the store, without training (the
                            program's own report: verify.images.train's gives the correlation)
   export STUDY             every run as CSV
-  list                     the studies and what their stores hold
+  compare STUDY --out DIR  your rerun's table beside the committed one: row by row, the means
+                           (within verify.studies.compare.TOLERANCE) and the verdicts
+  list                     the studies and what their stores hold (--out ROOT: your stores,
+                           ROOT/STUDY/SCALE)
   budget                   what regenerating a scale costs (verify.studies.budget)
   readme                   rewrite the README's result blocks (verify.studies.summary)
   record-behaviour STUDY   record the behaviour of runs this code made before runs did, and
@@ -57,7 +62,7 @@ from pathlib import Path
 
 from verify import cli
 from verify.cli import UsageError, non_negative_float, positive_float, positive_int
-from verify.studies import behaviour, budget, folder_lock, provenance, summary
+from verify.studies import behaviour, budget, compare, folder_lock, provenance, staged, summary
 from verify.studies.engines import Execution, ray_engine, serial
 from verify.studies.grids import (  # noqa: F401 - the study side's names, as verify.study's users know them
     DEFAULT_PROGRAM,
@@ -97,14 +102,35 @@ def run_study(name: str, scale: str, out: Path, *, wait: bool = False, command: 
         return _run_study(name, scale, out, **options)
 
 
-def _run_study(name: str, scale: str, out: Path, *, engine: str = "ray", address: str | None = None,
-               gpus_per_run: float = 0.0, workers: int | None = None, retry_failed: bool = False,
-               rerun_stale: bool = False, progress: bool | None = None, pack: int = 1,
-               checkpoint_minutes: float | None = None, log: list[str] | None = None) -> dict:
-    """Run every run of the study not yet done (and the failed ones with `retry_failed`,
+def _run_study(name: str, scale: str, out: Path, *, until_decided: bool = False,
+               max_seeds: int | None = None, **options) -> dict:
+    """Run every run of the study not yet done (_run_runs, with `options`). With
+    `until_decided`, then stage by stage the runs the study's sequential plan asks for
+    (verify.studies.staged: the seeds of the next look, in the cells of undecided claims only,
+    at most `max_seeds` an arm), until a stage asks for nothing new."""
+    if not until_decided:
+        return _run_runs(name, scale, out, *expand(name, scale), **options)
+    stages: list[dict] = []
+    while True:
+        counts = _run_runs(name, scale, out, *staged.planned_runs(name, scale, out, max_seeds=max_seeds),
+                           **options)
+        stages.append(counts)
+        if counts["done"] + counts["failed"] == 0:
+            break
+    ran = sum(c["done"] + c["failed"] > 0 for c in stages)
+    for k in ("done", "failed", "violated", "seconds"):
+        counts[k] = sum(c[k] for c in stages)
+    counts |= dict(stages=ran, max_seeds=max_seeds, open_claims=staged.open_claims(name, scale, out))
+    return counts
+
+
+def _run_runs(name: str, scale: str, out: Path, study: str, runs: list[Run], *, engine: str = "ray",
+              address: str | None = None, gpus_per_run: float = 0.0, workers: int | None = None,
+              retry_failed: bool = False, rerun_stale: bool = False, progress: bool | None = None,
+              pack: int = 1, checkpoint_minutes: float | None = None, log: list[str] | None = None) -> dict:
+    """Run every one of `runs` not yet done (and the failed ones with `retry_failed`,
     those made by other or unknown code with `rerun_stale`); each result is committed as
     it arrives. Ray is started only when something is left to run."""
-    study, runs = expand(name, scale)
     program = runs[0].program  # a grid has at least one point
     current = provenance.code_fingerprint(program)
     stored: dict[str, dict] = {}
@@ -193,7 +219,7 @@ def _collect(results, store, counts: dict, bar, beat) -> None:
 def build_parser() -> cli.Parser:
     p = cli.Parser("python -m verify.study", __doc__)
     sub = p.add_subparsers(dest="command", required=True,
-                           metavar="{run,report,export,list,budget,readme,record-behaviour}")
+                           metavar="{run,report,export,compare,list,budget,readme,record-behaviour}")
 
     def common(sp, scale_default="cpu"):
         sp.add_argument("study", help=f"a study name ({', '.join(study_names())}) or a .yaml path"
@@ -234,6 +260,13 @@ def build_parser() -> cli.Parser:
                         "DIR` or `wandb`, grouped by the study and named by the run's key "
                         "(verify.learning.tracking)")
     r.add_argument("--retry-failed", action="store_true", help="run the failed runs again too")
+    r.add_argument("--until-decided", action="store_true",
+                   help="a study with a sequential plan (verdicts: sequential): after the grid, add seeds "
+                        "look by look to the cells of the claims still undecided, until each is decided "
+                        "(efficacy, equivalence or futility) or the plan's last look")
+    r.add_argument("--max-seeds", type=positive_int, metavar="N",
+                   help="with --until-decided: at most N seeds an arm (a budget; the claims it leaves "
+                        "undecided are named)")
     r.add_argument("--wait", action="store_true",
                    help="when another `run` is using the study's folder, wait for it to end (default: "
                         "refuse, naming it; one driver a folder, or both would train every run)")
@@ -250,7 +283,13 @@ def build_parser() -> cli.Parser:
     ex.add_argument("--csv", metavar="FILE",
                     help="where to write: a file, a FIFO or a device (written in place), or - for stdout "
                          "(default DIR/runs.csv)")
-    sub.add_parser("list", help="the studies, their runs per scale, and what the stores hold")
+    cmp = sub.add_parser("compare", help="your store's table beside the committed one, row by row")
+    common(cmp)
+    cli.add_json(cmp, "the comparison")
+    ls = sub.add_parser("list", help="the studies, their runs per scale, and what the stores hold")
+    ls.add_argument("--out", metavar="ROOT", type=Path,
+                    help="read the stores under ROOT/STUDY/SCALE (as `run STUDY --out ROOT/STUDY/SCALE` "
+                         "writes them) instead of the working folder's or the committed ones")
     b = sub.add_parser("budget", help="what regenerating a scale costs: core and wall time per study, in "
                                       "all and left, from the stored run times")
     b.add_argument("--scale", default="cpu", choices=SCALES, help="the scale (default cpu)")
@@ -275,7 +314,11 @@ def parse_args(argv=None):
     argv = sys.argv[1:] if argv is None else list(argv)
     args = build_parser().parse_args(argv)
     args.invocation = shlex.join(["python", "-m", "verify.study", *argv])  # names a lock's holder
-    if args.command in ("list", "budget"):
+    if args.command == "list":
+        if args.out is not None and not args.out.is_dir():
+            raise UsageError(f"--out {args.out}: no such folder (it holds STUDY/SCALE/study.sqlite)")
+        return args
+    if args.command == "budget":
         return args
     if args.command == "readme":
         args.file = Path(args.file) if args.file else summary.readme_path()
@@ -286,6 +329,13 @@ def parse_args(argv=None):
     if not every:
         study_file(args.study)
     if args.command == "run":
+        if args.max_seeds is not None and not args.until_decided:
+            raise UsageError("--max-seeds applies to --until-decided")
+        if args.until_decided and every:
+            raise UsageError("--until-decided applies to one study (its sequential plan)")
+        if args.until_decided and study_plan(args.study).looks is None:
+            raise UsageError(f"{args.study} has no sequential plan (`verdicts: sequential: "
+                             "{looks, spending}` in its study file), so --until-decided has nothing to add")
         if args.address and args.engine != "ray":
             raise UsageError("--address applies to --engine ray")
         if args.address and args.workers:
@@ -324,7 +374,12 @@ def parse_args(argv=None):
     # report and export read `store` (the working folder's, else the committed one in the
     # package) and write into `out` (always the working folder's, or --out).
     args.store = Path(args.out) if args.out else stored_out(args.study, args.scale)
-    reads = ("report", "export", "record-behaviour")
+    if args.command == "compare":
+        if not args.out:
+            raise UsageError("compare needs --out DIR: the folder of your own run of the study")
+        if is_committed_store(args.store, args.study, args.scale):
+            raise UsageError(f"--out {args.out} is the committed store itself: nothing to compare")
+    reads = ("report", "export", "record-behaviour", "compare")
     if args.command in reads and not (args.store / "study.sqlite").is_file():
         raise UsageError(f"no results for {args.study} ({args.scale}) in {args.store}: run "
                          f"`python -m verify.study run {args.study} --scale {args.scale}` first")
@@ -363,7 +418,7 @@ def _refuse_flags(args, program, study: str) -> None:
 
 def work(args) -> int:
     if args.command == "list":
-        cli.emit(format_list())
+        cli.emit(format_list(args.out))
         return cli.EXIT_OK
     if args.command == "readme":
         changed = summary.regenerate(args.file)
@@ -385,7 +440,8 @@ def work(args) -> int:
                                retry_failed=args.retry_failed, rerun_stale=args.rerun_stale,
                                progress=False if args.no_progress else None, pack=args.pack,
                                checkpoint_minutes=args.checkpoint_minutes, log=args.log, wait=args.wait,
-                               command=args.invocation)
+                               command=args.invocation, until_decided=args.until_decided,
+                               max_seeds=args.max_seeds)
             cli.emit(cli.to_json(counts) if args.json else format_summary(counts))
             violated |= bool(counts["violated"])
         if args.scale == "smoke" and not args.json:
@@ -407,12 +463,18 @@ def work(args) -> int:
                  f"{replayed['already']} current already; {len(replayed['differ'])} differ"
                  + "".join(f"\n  {key[:12]}: {why}" for key, why in replayed["differ"].items()))
         return cli.EXIT_OK
+    if args.command == "compare":
+        c = compare.compare(args.study, args.scale, args.store)
+        cli.emit(cli.to_json(c) if args.json else compare.format_comparison(c))
+        return cli.EXIT_OK
     report = PROGRAMS[program].report_module()
     if args.command == "report":
-        name, runs = expand(args.study, args.scale)
+        name, runs = staged.planned_runs(args.study, args.scale, args.store)
+        # verify.sgd's report takes the plan from the study file (a .yaml path's `name:` may differ).
+        plan = dict(plan=study_plan(args.study)) if program == DEFAULT_PROGRAM else {}
         with reading(args.store / "study.sqlite"):  # a report of another format: one line naming the store
             table = report.effects_table(name, args.scale, args.store, keys={r.key for r in runs},
-                                         fingerprint=provenance.code_fingerprint(program))
+                                         fingerprint=provenance.code_fingerprint(program), **plan)
         report.write_table(table, args.out)
         cli.emit(cli.to_json(table) if args.json else report.format_markdown(table))
         if args.scale == "smoke" and not args.json:
@@ -450,16 +512,24 @@ def format_summary(s: dict) -> str:
     if s["stale"]:
         lines.append(stale_line(s["stale"], n_done(s), s["stale_unknown"], s["stale_fingerprints"],
                                 s["code_fingerprint"]))
+    if "stages" in s:  # --until-decided
+        left, cap = s["open_claims"], f" at --max-seeds {s['max_seeds']}" if s["max_seeds"] else ""
+        state = f"{len(left)} claims still open{cap}: " + "; ".join(left) if left else "every claim decided"
+        lines.append(f"sequential plan: {s['stages']} stages ran; {state} "
+                     f"(python -m verify.study report {s['study']})")
     return "\n".join(lines)
 
 
-def format_list() -> str:
+def format_list(root: Path | None = None) -> str:
+    """Per study and scale, its runs and what its store holds: the working folder's (else the
+    committed one), or with `root` ROOT/STUDY/SCALE."""
     lines, width = [], max(map(len, study_names()))
     for name in study_names():
         parts = []
         for scale in SCALES:
-            _, runs = expand(name, scale)
-            store = stored_out(name, scale) / "study.sqlite"
+            folder = root / name / scale if root is not None else stored_out(name, scale)
+            _, runs = staged.planned_runs(name, scale, folder)
+            store = folder / "study.sqlite"
             held = ""
             if store.is_file():
                 c = store_counts(runs, store)

@@ -27,7 +27,7 @@ from pathlib import Path
 from verify import cli
 from verify.learning.families import DEFAULT_FAMILY, FAMILIES, family_named
 from verify.learning.records import mean_sd, records_of
-from verify.studies import behaviour, verdicts
+from verify.studies import behaviour, sequential, verdicts
 from verify.studies.grids import study_analysis, study_deviations, study_plan
 from verify.studies.status import stale_line
 from verify.studies.store import RunStore, reads_report
@@ -107,7 +107,7 @@ def effects_table(study: str, scale: str, out: Path, keys: set[str] | None = Non
     notes = _code_notes(study, scale, stale, len(done), fingerprint)
     notes += _paper_encoding(rows, varying)
     notes += [f"deviation from the paper at this scale: {d}" for d in study_deviations(study, scale)]
-    _claim_effects(rows, varying, notes, plan, seed_values)
+    staged = _claim_effects(rows, varying, notes, plan, seed_values)
     notes += _completeness_notes(rows, len(done), len(failed), len(old_grid), keys)
     columns = [*varying, "network", "runs", "n_train", *dict.fromkeys(metric_columns), "converged",
                *[c for c in ("paper_held_out_r2", "paper_effect", "effect_vs_random", "compared_with",
@@ -117,6 +117,8 @@ def effects_table(study: str, scale: str, out: Path, keys: set[str] | None = Non
     table = dict(study=study, scale=scale, runs_done=len(done), runs_failed=len(failed), group_by=varying,
                  columns=columns, rows=rows, notes=notes, code_fingerprint=fingerprint,
                  runs_other_code=len(stale["other"]), runs_unknown_code=len(stale["unknown"]))
+    if plan.looks is not None:
+        table["staged"] = staged
     analysis = study_analysis(study)  # the study file's `analysis:` (verify.studies.interfaces)
     if analysis is not None:
         table["analysis"] = analysis.analyse_runs(done)
@@ -341,14 +343,19 @@ def fit_effects(r: dict, ref: dict, seed_values: dict, test: str) -> dict:
 
 
 def _claim_effects(rows: list[dict], varying: list[str], notes: list[str], plan: verdicts.Plan,
-                   seed_values: dict) -> None:
+                   seed_values: dict) -> list[dict]:
     """Each contrast (`contrasts`): the difference of the held-out headline metric (R²,
     acc_all), judged with the study's plan (a test per comparison, Holm's correction over all
     of them; verify.studies.verdicts), and, where the study file states the paper's claim,
     whether the verdict agrees with it. A comparison whose arms did not both fit their
     training tasks is not testable (`unfit`); every one shows its training gain and change of
     the generalization gap beside it (`fit_effects`). The support's contrast fills
-    `effect_vs_random`; any other fills `compared_with` (the control) and `effect`."""
+    `effect_vs_random`; any other fills `compared_with` (the control) and `effect`.
+
+    Under a sequential plan (verify.studies.sequential) the verdicts are its looks', and the
+    list returned says, per comparison, the seeds an arm its two rows need now: the settings of
+    each row and the units of the look it was decided at or awaits (verify.studies.staged runs
+    them); otherwise it is empty."""
     compared = []
     for factor, control in contrasts(plan, varying):
         for r, ref, claim in _compared(rows, varying, factor, control, plan):
@@ -357,14 +364,15 @@ def _claim_effects(rows: list[dict], varying: list[str], notes: list[str], plan:
                     + "".join(f", {k} {key_cell(r[k])}" for k in varying
                               if k != factor and r.get(k) is not None and k not in ("shapes", "student"))
                     + f": {factor} {key_cell(r[factor])} vs {key_cell(control)}")
-            compared.append((r, factor, control, verdicts.Comparison(
+            compared.append((r, ref, factor, control, verdicts.Comparison(
                 name=name, treatment=seed_values[id(r)], control=seed_values[id(ref)], claim=claim,
                 condition_fails=unfit(r, ref, seed_values))))
             r |= fit_effects(r, ref, seed_values, plan.test_for(claim))
     if not compared:
-        return
-    judged = verdicts.judge([c for *_, c in compared], plan)
-    for (r, factor, control, _), v in zip(compared, judged, strict=True):
+        return []
+    comparisons = [c for *_, c in compared]
+    judged = (sequential.judge if plan.looks else verdicts.judge)(comparisons, plan)
+    for (r, _, factor, control, _), v in zip(compared, judged, strict=True):
         if factor == "split":
             r["effect_vs_random"] = verdicts.effect_text(v)
         else:
@@ -373,16 +381,19 @@ def _claim_effects(rows: list[dict], varying: list[str], notes: list[str], plan:
         if v.paper is not None:
             r["paper_effect"], r["agrees"] = v.paper, v.agrees
     measured = " or ".join(f"{m}_mean" for m in dict.fromkeys(r["effect_metric"] for r in rows))
-    if any(f == "split" for _, f, _, _ in compared):
+    if any(f == "split" for _, _, f, _, _ in compared):
         notes.append(f"effect_vs_random: {measured} minus the random support's")
-    if any(f != "split" for _, f, _, _ in compared):
+    if any(f != "split" for _, _, f, _, _ in compared):
         notes.append(f"effect: {measured} minus that of the row named in compared_with (the same "
                      "settings otherwise)")
     if any("train_effect" in r for r in rows):
         notes.append("train_effect: the same difference of the training metric; gap_change: the change of "
                      "the generalization gap (training − held-out), treatment less control: a held-out gain "
                      "that equals the training gain (gap_change ≈ 0) is fit, not composition")
-    notes += verdicts.notes(plan, [c for *_, c in compared], judged)
+    notes += (sequential.notes if plan.looks else verdicts.notes)(plan, comparisons, judged)
+    return [dict(name=v.name, treatment={k: r.get(k) for k in varying},
+                 control={k: ref.get(k) for k in varying}, units=v.wanted, outcome=v.outcome)
+            for (r, ref, *_), v in zip(compared, judged, strict=True) if v.wanted is not None]
 
 
 def _cell(v) -> str:

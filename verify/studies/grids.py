@@ -222,13 +222,16 @@ def load_study(name: str, scale: str) -> tuple[str, list[dict[str, list]], str]:
     run (width-vs-M: a held-out-fraction ladder at the widest rung only)."""
     path = study_file(name)
     study = _study_yaml(path)
-    _plan_of(study, path)  # a bad `verdicts:` block is refused before any run
+    plan = _plan_of(study, path)  # a bad `verdicts:` block is refused before any run
     study_analysis(name)  # and a bad `analysis:`
     if scale not in SCALES:
         raise UsageError(f"unknown scale {scale!r}; use one of {', '.join(SCALES)}")
     program = study.get("program", DEFAULT_PROGRAM)
     if program not in PROGRAMS:
         raise UsageError(f"{path}: unknown program {program!r}; a study runs one of {', '.join(PROGRAMS)}")
+    if plan.looks is not None and program != DEFAULT_PROGRAM:
+        raise UsageError(f"{path}: a sequential plan (verdicts: sequential) is read by {DEFAULT_PROGRAM}'s "
+                         f"report; {program}'s has none")
     known = program_parameters(program)
     grid = _grid_entries(str(path), study.get("parameters"), known)
     scales = study.get("scales") or {}
@@ -281,21 +284,15 @@ def expand(name: str, scale: str) -> tuple[str, list[Run]]:
     """Every run of the study at `scale`, resolved by its program (config_of: a grid point it
     would refuse is refused here, before any work)."""
     study, grids, program = load_study(name, scale)
-    module = PROGRAMS[program].load()
     runs, seen, used = [], set(), set()
     points = (dict(zip(grid, values, strict=True))
               for grid in grids for values in itertools.product(*grid.values()))
     for params in points:
         used |= set(own_parameters(params, program))
-        try:
-            config = module.config_of(params)
-        except UsageError as e:
-            raise UsageError(f"study {study}, grid point {params}: {e}") from None
-        resolved = module.run_config(config)
-        key = config_key(resolved)
-        if key not in seen:
-            seen.add(key)
-            runs.append(Run(key, params, resolved, tuple(module.command_line(config)), program))
+        run = run_of(study, params, program)
+        if run.key not in seen:
+            seen.add(run.key)
+            runs.append(run)
     # A parameter that no grid point's student or family takes would be silently ignored.
     unused = sorted(set().union(*grids) - used)
     if unused:
@@ -304,6 +301,17 @@ def expand(name: str, scale: str) -> tuple[str, list[Run]]:
     return study, runs
 
 
+
+
+def run_of(study: str, params: dict, program: str = DEFAULT_PROGRAM) -> Run:
+    """The run of one grid point, resolved by its program (a point it refuses is refused)."""
+    module = PROGRAMS[program].load()
+    try:
+        config = module.config_of(params)
+    except UsageError as e:
+        raise UsageError(f"study {study}, grid point {params}: {e}") from None
+    resolved = module.run_config(config)
+    return Run(config_key(resolved), params, resolved, tuple(module.command_line(config)), program)
 
 
 def default_out(name: str, scale: str) -> Path:

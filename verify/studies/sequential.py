@@ -16,10 +16,13 @@ correlation between looks: no joint distribution of the looks' statistics is nee
 price of some power against the exact group-sequential boundaries.
 
 A claim stops at the first look where a test rejects (efficacy: helps or hurts; trivial;
-equivalence), or for futility when even the last look could not decide it: the units an arm
-that the last look's level needs, at the sd measured so far, exceed the plan's last look. A
-futility stop never rejects anything, so it cannot raise the error rates. A claim still open at
-the last look is inconclusive.
+equivalence), or for futility when even the last look could not decide it either way: at the
+sd measured so far and the last look's level, the units an arm needed to detect the difference
+seen so far (or δ, where it is smaller: an effect below δ is not of interest) and those needed
+to establish equivalence within δ (at a true difference of 0) both exceed the plan's last look.
+Either outcome decides the claim, so a study stops only where neither is within reach: a large
+effect is never stopped for want of power to see δ. A futility stop never rejects anything, so
+it cannot raise the error rates. A claim still open at the last look is inconclusive.
 
 The plan's power at an effect Δ lies between the power of the last look's test alone and the
 sum of the looks' powers (`power_bounds`): a claim the last look would reject is rejected at
@@ -35,7 +38,7 @@ import numpy as np
 
 from verify.studies import verdicts
 
-SPENDINGS = ("obrien_fleming", "pocock")
+SPENDINGS = verdicts.SPENDINGS
 EFFECT, TRIVIAL, EQUIVALENT, FUTILE, OPEN, INCONCLUSIVE = (
     "effect", "trivial", "equivalent", "futile", "open", "inconclusive")
 
@@ -95,19 +98,18 @@ class Decision:
     units_needed: int | None = None  # futility: what the last look's level would need
 
 
-def decide(plan: SequentialPlan, look: int, a: np.ndarray, b: np.ndarray, *, delta: float,
-           test: str = "paired", family: int = 1, power: float = 0.8, paper: str = verdicts.HELPS,
-           futility: bool = True) -> Decision:
+def decide(plan: SequentialPlan, look: int, a: np.ndarray, b: np.ndarray, *, delta: float | None,
+           test: str = "paired", family: int = 1, power: float = 0.8, futility: bool = True) -> Decision:
     """A claim's state at look `look` (0-based) from the cumulative values of its arms (`a`
-    treatment, `b` control; paired by position where test is paired). `paper` says which
-    target the futility rule plans for: an effect of δ, or equivalence within δ."""
+    treatment, `b` control; paired by position where test is paired). Without a δ
+    (a comparison no claim names) there is no equivalence test and no futility stop."""
     level = plan.levels(family)[look]
     last = look == len(plan.looks) - 1
     a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
     diff, se, df = verdicts._moments(test, a, b)
     p, p_eq = verdicts._p_values(test, a, b, delta, diff, se)
     out = Decision(OPEN, look + 1, level, diff, p, p_eq)
-    differs, within = p < level, p_eq < level
+    differs, within = p < level, p_eq is not None and p_eq < level
     if differs and within:
         out.state = TRIVIAL
     elif differs:
@@ -116,18 +118,19 @@ def decide(plan: SequentialPlan, look: int, a: np.ndarray, b: np.ndarray, *, del
         out.state = EQUIVALENT
     elif last:
         out.state = INCONCLUSIVE
-    elif futility:
+    elif futility and delta is not None:
         sd = verdicts.arm_sd(test, a, b)
         final = plan.levels(family)[-1]
-        target = dict(margin=delta) if paper == verdicts.NO_EFFECT else dict(effect=delta)
-        needed = verdicts.seeds_needed(test, sd, alpha=final, power=power, **target)
+        needs = [verdicts.seeds_needed(test, sd, alpha=final, power=power, **target)
+                 for target in (dict(effect=max(abs(diff), delta)), dict(margin=delta))]
+        needed = min((n for n in needs if n is not None), default=None)
         if needed is None or needed > plan.looks[-1]:
             out.state, out.units_needed = FUTILE, needed
     return out
 
 
 def run_plan(plan: SequentialPlan, draw, *, delta: float, test: str = "paired", family: int = 1,
-             power: float = 0.8, paper: str = verdicts.HELPS, futility: bool = True) -> Decision:
+             power: float = 0.8, futility: bool = True) -> Decision:
     """The plan applied to one claim: `draw(n)` gives n more units of each arm (two arrays);
     looks follow until the claim stops. What a study's `--until-decided` does, on simulated
     arms (the tests, and a researcher planning a study)."""
@@ -135,7 +138,7 @@ def run_plan(plan: SequentialPlan, draw, *, delta: float, test: str = "paired", 
     for k, n in enumerate(plan.looks):
         more_a, more_b = draw(n - len(a))
         a, b = np.concatenate([a, more_a]), np.concatenate([b, more_b])
-        d = decide(plan, k, a, b, delta=delta, test=test, family=family, power=power, paper=paper,
+        d = decide(plan, k, a, b, delta=delta, test=test, family=family, power=power,
                    futility=futility)
         if d.state != OPEN:
             return d
@@ -155,3 +158,118 @@ def power_bounds(plan: SequentialPlan, effect: float, sd: float, *, test: str = 
         se, df = verdicts._se_df(test, sd, n)
         powers.append(verdicts.power_of(effect, se, df, level))
     return powers[-1], min(1.0, sum(powers))
+
+
+# ----------------------------------------------------------------------------- a study's claims
+
+def of(plan: verdicts.Plan) -> SequentialPlan:
+    """The SequentialPlan of a study's verdicts plan (its `sequential:` block)."""
+    if plan.looks is None:
+        raise ValueError("the study's plan is not sequential")
+    return SequentialPlan(plan.looks, 1 - plan.level, plan.spending)
+
+
+def first_units(values: dict, n: int) -> dict:
+    """An arm's first n units in the plan's order: seeds ascending (the grid's seeds, then those
+    verify.studies.staged adds above them)."""
+    return dict(sorted(values.items())[:n])
+
+
+def _at(c: verdicts.Comparison, n: int, test: str) -> verdicts.Comparison:
+    """The comparison on the units a look of n reads: the first n common seeds (paired), or each
+    arm's first n."""
+    if test == "paired":
+        common = sorted(set(c.treatment) & set(c.control))[:n]
+        t, u = {s: c.treatment[s] for s in common}, {s: c.control[s] for s in common}
+    else:
+        t, u = first_units(c.treatment, n), first_units(c.control, n)
+    return verdicts.Comparison(c.name, t, u, c.claim, c.condition_fails)
+
+
+def family_of(comparisons) -> int:
+    """m: the comparisons the union bound divides α among (those whose condition holds)."""
+    return max(1, sum(not c.condition_fails for c in comparisons))
+
+
+def judge(comparisons, plan: verdicts.Plan) -> list[verdicts.Verdict]:
+    """Each comparison's verdict under the study's sequential plan (module docstring): walked
+    look by look on its first units, it stops where `decide` does; a look whose units are not
+    all in leaves it OPEN there (verify.study run --until-decided runs them)."""
+    seq = of(plan)
+    family = family_of(comparisons)
+    return [_judge_one(c, plan, seq, family) for c in comparisons]
+
+
+def _judge_one(c: verdicts.Comparison, plan: verdicts.Plan, seq: SequentialPlan,
+               family: int) -> verdicts.Verdict:
+    test, claim = plan.test_for(c.claim), c.claim
+    if c.condition_fails:
+        v = verdicts._measure(c, test, plan)
+        verdicts.agreement(v)
+        return v
+    levels = seq.levels(family)
+    last = None  # the verdict of the last look whose units are all in
+    for k, n in enumerate(seq.looks):
+        sub = _at(c, n, test)
+        have = min(len(sub.treatment), len(sub.control))
+        if have < n:
+            return _open(c, sub, test, plan, last, k, n, have)
+        v = verdicts._measure(sub, test, plan)
+        v.look, v.looks, v.look_level, v.units, v.wanted = k + 1, len(seq.looks), levels[k], n, n
+        a, b = sub.arms(test)
+        d = decide(seq, k, a, b, delta=claim.delta if claim else None, test=test, family=family,
+                   power=plan.power)
+        last = v
+        if d.state == OPEN:
+            continue
+        v.outcome = {EFFECT: verdicts.HELPS if v.difference > 0 else verdicts.HURTS,
+                     TRIVIAL: verdicts.TRIVIAL, EQUIVALENT: verdicts.EQUIVALENT}.get(
+                         d.state, verdicts.INCONCLUSIVE)
+        if d.state == FUTILE:
+            needed = d.units_needed or f"more than {verdicts.MAX_SEEDS}"
+            v.why = (f"stopped for futility: {needed} seeds an arm needed at the last look's level to "
+                     f"decide it either way (the plan ends at {seq.looks[-1]})")
+        elif d.state == INCONCLUSIVE:
+            v.mde = verdicts.minimum_detectable(v.se, v.df, v.look_level, plan.power)
+        verdicts.agreement(v)
+        return v
+    raise AssertionError("the last look always decides")
+
+
+def _open(c, sub, test, plan, last, k: int, n: int, have: int) -> verdicts.Verdict:
+    """An open claim: the numbers of its last complete look (none before its first), and the
+    units an arm its next look wants."""
+    if last is None:  # nothing complete: the units so far, described, not tested
+        v = verdicts._measure(sub, test, plan)
+        v.p = v.p_equivalence = v.t = v.se = v.ci = None
+    else:
+        v = last
+    v.outcome, v.wanted = verdicts.OPEN, n
+    v.why = f"open: look {k + 1} needs {n} seeds an arm, {have} in"
+    verdicts.agreement(v)
+    return v
+
+
+def notes(plan: verdicts.Plan, comparisons, judged) -> list[str]:
+    """What a report prints under a sequential plan's verdicts: the rule with each look's
+    level, each claim's δ, and the seeds each needs at the last look's level."""
+    seq, family = of(plan), family_of(comparisons)
+    levels = seq.levels(family)
+    name = {"obrien_fleming": "O'Brien–Fleming", "pocock": "Pocock"}[seq.spending]
+    test = "paired t-test over the seeds both arms ran" if plan.test == "paired" else "Welch's t-test"
+    rule = (f"verdicts by the study's sequential plan: looks at {', '.join(map(str, seq.looks))} seeds an "
+            f"arm (seeds ascending: the grid's, then those `run --until-decided` adds above them), "
+            f"{name}-type alpha spending (Lan–DeMets) of α = {seq.alpha:g} over the family's {family} "
+            f"comparisons (union bound over looks and comparisons): each look's {test}, two-sided, and "
+            f"TOST within δ run at " + ", ".join(f"{_level(x)}" for x in levels) + "; a claim stops at the "
+            "first look where a test rejects ('helps'/'hurts', 'trivial', 'equivalent' as in a fixed "
+            "design), or for futility where the last look could not decide it either way at the sd so far; "
+            "'open': its next look's runs are not all in, and `python -m verify.study run STUDY "
+            "--until-decided` runs them (verify/studies/sequential.py)")
+    return ([rule] + verdicts.claim_lines(plan)
+            + verdicts.power_lines(verdicts.power_rows(comparisons, plan, family, alpha=levels[-1]), plan,
+                                   family, level=f"the last look's level {_level(levels[-1])}"))
+
+
+def _level(x: float) -> str:
+    return f"{x:.2g}" if x >= 0.001 else f"{x:.1e}"

@@ -23,7 +23,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from verify.studies import budget, grids, provenance
+from verify.studies import budget, grids, provenance, staged
 from verify.studies.effects import _cell, key_cell
 from verify.studies.status import store_counts
 from verify.studies.store import RunStore
@@ -52,9 +52,9 @@ def generate(name: str) -> str:
         return grids_table() + "\n"
     if name not in grids.study_names():
         raise ValueError(f"README block {name!r}: not a study, nor `budget`")
-    _, runs = grids.expand(name, SCALE)
-    program = runs[0].program
     store = grids.PACKAGED_RESULTS_DIR / name / SCALE
+    _, runs = staged.planned_runs(name, SCALE, store)
+    program = runs[0].program
     if not (store / "study.sqlite").is_file():
         return f"*No committed {SCALE}-scale store for `{name}` yet.*\n"
     report = grids.PROGRAMS[program].report_module()
@@ -97,7 +97,9 @@ def _head(name: str, store: Path, keys: set[str], table: dict) -> str:
     code = (f"{stale} of them made by other or unknown code (`run {name} --scale {SCALE} --rerun-stale` "
             "recomputes them)" if stale else "all made by the installed code or code that behaves the same")
     report = f"verify/studies/results/{name}/{SCALE}/effects.md"
-    return (f"*{table['runs_done']} of the grid's {len(keys)} runs done, {code}; "
+    of = (f"the grid's and its sequential plan's (`run {name} --until-decided`)" if "staged" in table
+          else "the grid's")
+    return (f"*{table['runs_done']} of {of} {len(keys)} runs done, {code}; "
             f"{seconds / 60:.0f} min of stored run time. Full report: [`{report}`]({report}).*\n")
 
 

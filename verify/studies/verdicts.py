@@ -59,11 +59,13 @@ import numpy as np
 HELPS, HURTS, EQUIVALENT, INCONCLUSIVE, NOT_TESTABLE = "helps", "hurts", "equivalent", "inconclusive", \
     "not testable"
 TRIVIAL = "trivial"  # a real difference smaller than the claim's δ
+OPEN = "open"  # a sequential plan's claim whose next look's runs are not all in yet
 SCALES = ("raw", "log_unexplained")
 UNITS = (None, "split_seed")  # a study's unit of replication (Plan.unit)
 NO_EFFECT = "no effect"
 CLAIMS = (HELPS, HURTS, NO_EFFECT)
 TESTS = ("paired", "welch")
+SPENDINGS = ("obrien_fleming", "pocock")  # a sequential plan's alpha-spending (verify.studies.sequential)
 MAX_SEEDS = 1000  # seeds_needed's search ends here ("more than 1000")
 
 
@@ -135,6 +137,10 @@ class Plan:
     power: float = 0.8
     claims: tuple[Claim, ...] = ()
     unit: str | None = None
+    # A sequential plan (`sequential: {looks, spending}`): the units an arm holds at each look,
+    # and the alpha-spending function; verify.studies.sequential judges such a study.
+    looks: tuple[int, ...] | None = None
+    spending: str = "obrien_fleming"
 
     def test_for(self, claim: Claim | None) -> str:
         return claim.test if claim is not None and claim.test else self.test
@@ -150,7 +156,7 @@ def plan_of(block: dict | None, where: str = "verdicts") -> Plan:
         return Plan()
     if not isinstance(block, dict):
         raise ValueError(f"{where}: must be a mapping (test, level, power, claims)")
-    unknown = set(block) - {"test", "level", "power", "claims", "seeds", "unit"}
+    unknown = set(block) - {"test", "level", "power", "claims", "seeds", "unit", "sequential"}
     if unknown:
         raise ValueError(f"{where}: unknown field {sorted(unknown)[0]!r}")
     test = block.get("test", "welch")
@@ -173,7 +179,26 @@ def plan_of(block: dict | None, where: str = "verdicts") -> Plan:
     unit = block.get("unit")
     if unit not in UNITS:
         raise ValueError(f"{where}: unit must be one of {', '.join(map(str, UNITS))}, got {unit!r}")
-    return Plan(test=test, level=level, power=power, claims=tuple(claims), unit=unit)
+    looks, spending = _sequential_of(block.get("sequential"), f"{where}.sequential")
+    if looks is not None and unit is not None:
+        raise ValueError(f"{where}.sequential: a sequential plan counts seeds; unit {unit!r} has none yet")
+    return Plan(test=test, level=level, power=power, claims=tuple(claims), unit=unit, looks=looks,
+                spending=spending)
+
+
+def _sequential_of(block, where: str) -> tuple[tuple[int, ...] | None, str]:
+    """(looks, spending) of a `sequential:` mapping, checked; (None, default) without one."""
+    if block is None:
+        return None, "obrien_fleming"
+    if not isinstance(block, dict) or set(block) - {"looks", "spending"} or "looks" not in block:
+        raise ValueError(f"{where}: a mapping with looks (units an arm at each look) and spending")
+    looks, spending = block["looks"], block.get("spending", "obrien_fleming")
+    if (not isinstance(looks, list) or not looks or not all(type(n) is int and n >= 2 for n in looks)
+            or looks != sorted(set(looks))):
+        raise ValueError(f"{where}: looks must be increasing whole numbers ≥ 2, got {looks!r}")
+    if spending not in SPENDINGS:
+        raise ValueError(f"{where}: spending must be one of {', '.join(SPENDINGS)}, got {spending!r}")
+    return tuple(looks), spending
 
 
 # ----------------------------------------------------------------------------- one comparison
@@ -227,6 +252,14 @@ class Verdict:
     p_equivalence: float | None = None
     p_equivalence_holm: float | None = None
     mde: float | None = None  # the effect detected with the plan's power at α/m, this se and df
+    # A sequential plan's verdict (verify.studies.sequential): the look (1-based) it was decided
+    # at, or the last complete one (open), of how many, the level its tests ran at there, and
+    # the units an arm it read.
+    look: int | None = None
+    looks: int | None = None
+    look_level: float | None = None
+    units: int | None = None
+    wanted: int | None = None  # the units an arm the plan wants: the deciding look's, or the next's
 
     def as_dict(self) -> dict:
         return dict(vars(self))
@@ -386,9 +419,14 @@ def _outcome(v: Verdict, alpha: float) -> None:
             v.outcome = EQUIVALENT
         else:
             v.outcome = INCONCLUSIVE
+    agreement(v)
+
+
+def agreement(v: Verdict) -> None:
+    """Whether the verdict's outcome agrees with the paper's claim (module docstring)."""
     if v.paper is None:
         return
-    if v.outcome in (NOT_TESTABLE, INCONCLUSIVE):
+    if v.outcome in (NOT_TESTABLE, INCONCLUSIVE, OPEN):
         v.agrees = v.outcome
     elif v.paper == NO_EFFECT:
         v.agrees = "yes" if v.outcome in (EQUIVALENT, TRIVIAL) else "NO"
@@ -438,14 +476,22 @@ def test_text(v: Verdict) -> str:
     if v.p is None:
         return v.why
     on = "" if v.scale == "raw" else " of log(1 − R²)"
-    parts = [f"{v.test}({v.df:.3g}){on} = {v.t:.3g}, p_Holm = {_g(v.p_holm)}"]
+    if v.look is None:
+        parts = [f"{v.test}({v.df:.3g}){on} = {v.t:.3g}, p_Holm = {_g(v.p_holm)}"]
+    else:  # a sequential plan's look: the raw p against the level spent there
+        parts = [f"look {v.look} of {v.looks} ({v.units} seeds an arm, level {_g(v.look_level)}): "
+                 f"{v.test}({v.df:.3g}){on} = {v.t:.3g}, p = {_g(v.p)}"]
     if v.scale == "log_unexplained":
         lo, hi = (math.exp(-x) for x in v.ci)
         parts.append(f"1 − R² ratio {math.exp(-v.difference):.3g} [{hi:.3g}, {lo:.3g}]")
     if v.p_equivalence_holm is not None:
         parts.append(f"TOST {v.margin_text}: p_Holm = {_g(v.p_equivalence_holm)}")
-    if v.outcome == INCONCLUSIVE:
+    elif v.look is not None and v.p_equivalence is not None:
+        parts.append(f"TOST {v.margin_text}: p = {_g(v.p_equivalence)}")
+    if v.outcome == INCONCLUSIVE and v.mde is not None:
         parts.append(f"MDE {v.mde:.3g}" if v.scale == "raw" else f"MDE ×{math.exp(v.mde):.3g} of 1 − R²")
+    if v.look is not None and v.outcome in (INCONCLUSIVE, OPEN) and v.why:
+        parts.append(v.why)
     return "; ".join(parts)
 
 
@@ -489,12 +535,14 @@ def arm_sd(test: str, a: np.ndarray, b: np.ndarray) -> float:
     return float(math.sqrt((a.var(ddof=1) + b.var(ddof=1)) / 2))
 
 
-def power_rows(comparisons: Sequence[Comparison], plan: Plan, family: int) -> list[dict]:
+def power_rows(comparisons: Sequence[Comparison], plan: Plan, family: int, *,
+               alpha: float | None = None) -> list[dict]:
     """Per comparison with a claim, measured with ≥ 2 seeds an arm: its seed sd (on the claim's
     scale), and the seeds an arm needs for the plan's power at level α/family (Bonferroni: the
     power holds after Holm's correction) to detect δ (a claim of an effect) or to establish
-    equivalence within δ at a true difference of 0 (a claim of no effect)."""
-    alpha = (1 - plan.level) / max(family, 1)
+    equivalence within δ at a true difference of 0 (a claim of no effect). `alpha`, where given,
+    is the level instead (a sequential plan's last look)."""
+    alpha = (1 - plan.level) / max(family, 1) if alpha is None else alpha
     rows = []
     for c in comparisons:
         claim, test = c.claim, plan.test_for(c.claim)
@@ -516,7 +564,13 @@ def notes(plan: Plan, comparisons: Sequence[Comparison], judged: Sequence[Verdic
     """What a report prints under its verdicts: the rule, each claim's δ (and floor) and its
     reason, and the seeds each claim needs for the plan's power."""
     family = family_size(judged)
-    out = [rule_note(plan, family)]
+    return ([rule_note(plan, family)] + claim_lines(plan)
+            + power_lines(power_rows(comparisons, plan, family), plan, family))
+
+
+def claim_lines(plan: Plan) -> list[str]:
+    """Each claim's δ (and floor) and its reason."""
+    out = []
     for c in plan.claims:
         what = f"{c.factor}" + (f" {c.treatment}" if c.treatment is not None else "")
         if c.delta is None:  # a claim built in code, without a plan's δ
@@ -526,13 +580,14 @@ def notes(plan: Plan, comparisons: Sequence[Comparison], judged: Sequence[Verdic
             continue
         floor = f"; floor {c.floor:g}: tested only where an arm's mean reaches it" if c.floor else ""
         out.append(f"δ {c.delta_text()} for {what} ({c.paper}){floor}: {c.why}")
-    return out + power_lines(power_rows(comparisons, plan, family), plan, family)
+    return out
 
 
-def power_lines(rows: list[dict], plan: Plan, family: int) -> list[str]:
-    """The power rows as notes under a table."""
+def power_lines(rows: list[dict], plan: Plan, family: int, *, level: str | None = None) -> list[str]:
+    """The power rows as notes under a table (`level`: how the level reads, by default α/m)."""
     pct = round(100 * plan.power)
     unit = "seed" if plan.unit is None else plan.unit.replace("_", " ")
-    return [f"{unit}s for {pct}% power at α = {1 - plan.level:.2g}/{family}: {r['name']}: {unit} sd "
+    level = level or f"α = {1 - plan.level:.2g}/{family}"
+    return [f"{unit}s for {pct}% power at {level}: {r['name']}: {unit} sd "
             f"{r['sd']:.3g} → {r['seeds_needed'] or f'more than {MAX_SEEDS}'} {unit}s an arm to show "
             f"{r['target']} (run: {r['seeds_run']})" for r in rows]

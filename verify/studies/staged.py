@@ -1,0 +1,115 @@
+"""The runs a study's sequential plan asks for (issue 43): the grid's, and the seeds that
+`python -m verify.study run STUDY --until-decided` adds to the cells of undecided claims.
+
+A study whose `verdicts:` block has `sequential: {looks: [3, 6, 10], spending: ...}` is judged
+look by look (verify.studies.sequential). Look k reads the first looks[k] seeds of each arm in
+ascending order: the grid's seeds, then the integers above the largest of them. Which seeds a
+cell (a grid point less its seed) needs follows from the store alone: replay the plan on the
+stored runs, and each comparison asks, for both its arms, the seeds of the look it was decided
+at, or of the look it awaits. Every command reads the same set: `report` and the README read
+these runs, `run --until-decided` runs those still missing until every claim is decided (or
+`--max-seeds` is reached), and a rerun resumes from the store. So the added seeds are fixed by
+the plan and the data, never chosen by a look; a seed run beyond what the plan asks (by an
+earlier plan) stays in the store and is left out.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from verify.studies import effects
+from verify.studies.grids import Run, expand, run_of, study_plan
+from verify.studies.store import RunStore
+
+SEED = "seed"
+_FIXED_POINT_ROUNDS = 5  # the replay's run set settles in 2 (a third confirms)
+
+
+def planned_runs(name: str, scale: str, out: Path, *, max_seeds: int | None = None) -> tuple[str, list[Run]]:
+    """(the study's name, its grid's runs and those its sequential plan asks for now, read from
+    the store in `out`). A study without a sequential plan, or without a store, has its grid's.
+    `max_seeds` caps the seeds an arm (the runner's budget); the report reads the whole plan."""
+    study, runs = expand(name, scale)
+    plan = study_plan(name)
+    if plan.looks is None or not (out / "study.sqlite").is_file():
+        return study, runs
+    cells = _cells(runs)
+    with RunStore(out / "study.sqlite", readonly=True) as store:
+        stored = set(store.statuses())
+    # Every stored seed the plan could ask for, then what the replay asks for, to a fixed point.
+    ask = {cell: plan.looks[-1] for cell in cells}
+    keys = None
+    for _ in range(_FIXED_POINT_ROUNDS):
+        extension = _extension(study, cells, ask)
+        new = {r.key for r in runs} | {r.key for r in extension if r.key in stored}
+        if new == keys:
+            break
+        keys = new
+        table = effects.effects_table(study, scale, out, keys=keys, plan=plan)
+        ask = _asked(cells, table.get("staged", []))
+    else:
+        raise AssertionError("the sequential plan's run set did not settle")
+    if max_seeds is not None:
+        ask = {cell: min(n, max_seeds) for cell, n in ask.items()}
+    return study, runs + _extension(study, cells, ask)
+
+
+def open_claims(name: str, scale: str, out: Path) -> list[str]:
+    """The comparisons a sequential plan has not decided yet, read from the store (what
+    `run --until-decided` leaves open at its --max-seeds)."""
+    study, runs = planned_runs(name, scale, out)
+    if not (out / "study.sqlite").is_file():
+        return []
+    table = effects.effects_table(study, scale, out, keys={r.key for r in runs}, plan=study_plan(name))
+    return [line["name"] for line in table.get("staged", []) if line["outcome"] == "open"]
+
+
+class _Cell:
+    """A grid point less its seed: the grid's seeds there, ascending, and one run to vary."""
+
+    def __init__(self, run: Run):
+        self.run, self.seeds = run, []
+
+    def planned(self, n: int) -> list[int]:
+        """The first n seeds of the plan's order: the grid's, then the integers above them."""
+        top = max(self.seeds)
+        return (self.seeds + list(range(top + 1, top + 1 + n)))[:n]
+
+
+def _cells(runs: list[Run]) -> dict[str, _Cell]:
+    cells: dict[str, _Cell] = {}
+    for r in runs:
+        if not isinstance(r.params.get(SEED), int):
+            raise ValueError(f"a sequential plan adds seeds: grid point {r.params} has no whole seed")
+        cell = cells.setdefault(_cell_key(r.params), _Cell(r))
+        cell.seeds.append(r.params[SEED])
+    for cell in cells.values():
+        cell.seeds.sort()
+    return cells
+
+
+def _cell_key(params: dict) -> str:
+    return repr(sorted((k, effects.hashable(v)) for k, v in params.items() if k != SEED))
+
+
+def _extension(study: str, cells: dict[str, _Cell], ask: dict[str, int]) -> list[Run]:
+    """The runs beyond the grid that give each cell its first ask[cell] seeds."""
+    out = []
+    for key, cell in cells.items():
+        for seed in cell.planned(ask.get(key, 0)):
+            if seed not in cell.seeds:
+                out.append(run_of(study, cell.run.params | {SEED: seed}, cell.run.program))
+    return out
+
+
+def _asked(cells: dict[str, _Cell], staged: list[dict]) -> dict[str, int]:
+    """Seeds an arm each cell needs: the most that any comparison of its rows asks (a row's
+    settings are the table's varying ones: a cell belongs to the rows whose settings it has)."""
+    ask: dict[str, int] = {}
+    for line in staged:
+        for side in ("treatment", "control"):
+            for key, cell in cells.items():
+                config = cell.run.config
+                if all(effects.hashable(config.get(k)) == v for k, v in line[side].items()):
+                    ask[key] = max(ask.get(key, 0), line["units"])
+    return ask
