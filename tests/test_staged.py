@@ -117,6 +117,8 @@ def test_seeds_are_added_only_to_the_undecided_claims_cells_up_to_the_look_that_
     assert (capped["done"], capped["stages"]) == (12, 1)
     assert len(capped["open_claims"]) == 1 and "held_out 0.5" in capped["open_claims"][0]
     assert "1 claims still open at --max-seeds 3" in study.format_summary(capped)
+    _, asked = staged.planned_runs(path, "paper", out)
+    assert "the sequential plan asks for 6 runs not yet made" in staged.cost_note(path, "paper", out, asked)
 
     result = study.run_study(path, "paper", out, engine="serial", progress=False, until_decided=True)
     assert result["open_claims"] == [] and "every claim decided" in study.format_summary(result)
@@ -125,6 +127,7 @@ def test_seeds_are_added_only_to_the_undecided_claims_cells_up_to_the_look_that_
                              (0.5, 4): {1, 2, 3, 4, 5, 6}, (0.5, 8): {1, 2, 3, 4, 5, 6}}
     again = study.run_study(path, "paper", out, engine="serial", progress=False, until_decided=True)
     assert (again["done"], again["stages"]) == (0, 0)
+    assert staged.cost_note(path, "paper", out, staged.planned_runs(path, "paper", out)[1]) is None
 
     name, runs = staged.planned_runs(path, "paper", out)
     table = effects.effects_table(name, "paper", out, keys={r.key for r in runs}, plan=grids.study_plan(path))

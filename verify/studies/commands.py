@@ -475,6 +475,8 @@ def work(args) -> int:
         with reading(args.store / "study.sqlite"):  # a report of another format: one line naming the store
             table = report.effects_table(name, args.scale, args.store, keys={r.key for r in runs},
                                          fingerprint=provenance.code_fingerprint(program), **plan)
+        cost = staged.cost_note(args.study, args.scale, args.store, runs)
+        table["notes"] += [cost] if cost else []
         report.write_table(table, args.out)
         cli.emit(cli.to_json(table) if args.json else report.format_markdown(table))
         if args.scale == "smoke" and not args.json:

@@ -64,6 +64,28 @@ def open_claims(name: str, scale: str, out: Path) -> list[str]:
     return [line["name"] for line in table.get("staged", []) if line["outcome"] == "open"]
 
 
+def cost_note(name: str, scale: str, out: Path, runs: list[Run]) -> str | None:
+    """What the plan's runs not yet made cost (the next looks of its open claims), from the
+    store's run times of the same cells (a grid point less its seed), else its mean: the note a
+    report prints. None where nothing is missing or the study has no sequential plan."""
+    if study_plan(name).looks is None or not (out / "study.sqlite").is_file():
+        return None
+    with RunStore(out / "study.sqlite", readonly=True) as store:
+        done = [r for r in store.rows() if r["status"] == "done" and r["seconds"]]
+    status = {r["key"] for r in done}
+    missing = [r for r in runs if r.key not in status]
+    if not missing or not done:
+        return None
+    by_cell: dict[str, list[float]] = {}
+    for r in done:
+        by_cell.setdefault(_cell_key(r["config"]), []).append(r["seconds"])
+    overall = sum(r["seconds"] for r in done) / len(done)
+    seconds = sum((lambda t: sum(t) / len(t))(by_cell.get(_cell_key(r.config), [overall])) for r in missing)
+    return (f"the sequential plan asks for {len(missing)} runs not yet made (the next looks of its open "
+            f"claims): about {seconds / 3600:.1f} core-hours at this store's run times "
+            f"(python -m verify.study run {Path(name).stem} --scale {scale} --until-decided)")
+
+
 class _Cell:
     """A grid point less its seed: the grid's seeds there, ascending, and one run to vary."""
 

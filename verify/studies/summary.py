@@ -60,6 +60,8 @@ def generate(name: str) -> str:
     report = grids.PROGRAMS[program].report_module()
     table = report.effects_table(name, SCALE, store, keys={r.key for r in runs},
                                  fingerprint=provenance.code_fingerprint(program))
+    cost = staged.cost_note(name, SCALE, store, runs)
+    table["notes"] += [cost] if cost else []
     head = _head(name, store, {r.key for r in runs}, table)
     if hasattr(report, "format_compact"):  # a report with a README block of its own
         return head + report.format_compact(table) + "\n"
@@ -125,7 +127,7 @@ def _network(row: dict) -> str:
 # The notes a block keeps under its lines: failed runs (the head line says how many are done;
 # each line says whether its row converged). The rest (the verdict rule, margins, seeds for
 # power, deviations from the paper) are in the study's full report and its study file.
-KEPT_NOTES = ("runs failed",)
+KEPT_NOTES = ("runs failed", "the sequential plan asks for")
 
 
 def kept_notes(notes: list[str]) -> list[str]:
