@@ -271,7 +271,7 @@ def guided_search(net, teacher, z: np.ndarray, starts: int = 2, sweeps: int = 3,
     choose among that lattice's N/2 points coordinate by coordinate, which is where the
     teacher's ReLUs decide how much of the bound is real. Returns (error, x, z) of the
     largest error found, evaluated on the network itself, so it is a real point of X × Z_K."""
-    from verify.measure import pointwise_error
+    from verify.theorem.measure import pointwise_error
 
     N, C = _phase_form_or_raise(net)
     W, b, A, K = teacher.W, teacher.b, teacher.A, teacher.K

@@ -1,6 +1,6 @@
 """Measurements for the exact construction: its error on every task of the finite family,
 and where it stops being exact (z between the weight levels, x off the box, more than K
-active modules). They live in verify/ because they use the measurer; the task lists and
+active modules). They live in verify/theorem/ because they use the measurer; the task lists and
 the input points they draw are in constructions/exact.py."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import torch
 from constructions.exact import ExactConstruction, enumerate_level_tasks, task_points
 from constructions.tasks.hyperteacher import Hyperteacher, dense_latents, sample_inputs, support_weights
 from theory.exact import n_level_tasks
-from verify.measure import measure_sup_error, pointwise_error
-from verify.presets import MAX_TASKS
+from verify.theorem.measure import measure_sup_error, pointwise_error
+from verify.theorem.presets import MAX_TASKS
 
 
 def exact_task_errors(net: ExactConstruction, teacher: Hyperteacher, z_tasks: np.ndarray,

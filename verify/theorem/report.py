@@ -6,7 +6,7 @@ What its lines say (the README shows the default run's report):
   size is 2·I·H·√(I·C·a)/√ε + M + H = O(1/√ε + M);
 - certificate I·C·a/N²: a proven bound on the sup over x ∈ [-1,1]^I and all K-sparse
   z ∈ [0,1]^M of ‖f − g‖∞, ≤ ε by the choice of N;
-- measured: a lower estimate of that sup (verify/measure.py's four stages). It is the error at a
+- measured: a lower estimate of that sup (verify/theorem/measure.py's four stages). It is the error at a
   real point of X × Z_K, so it can never exceed the certificate: 0.26 of it on the default
   instance, 0.99–1.00 on the one-neuron instance (I = H = O = M = K = 1), where the certificate
   is tight;

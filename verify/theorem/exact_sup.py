@@ -414,7 +414,7 @@ def work_estimate(net, teacher, grid: int, max_cells: int, task_set: str | None 
 # ─── the command line ───────────────────────────────────────────────────────────────────────
 
 def build_parser() -> cli.Parser:
-    from verify.bound import add_construction_flags
+    from verify.theorem.bound import add_construction_flags
 
     p = cli.Parser("python -m verify.exact_sup", __doc__)
     cli.add_teacher_flags(p, dict(M=2, K=1, I=1, H=1, O=1))
@@ -438,7 +438,7 @@ def build_parser() -> cli.Parser:
 
 
 def parse_args(argv) -> object:
-    from verify.bound import check_teacher_and_construction
+    from verify.theorem.bound import check_teacher_and_construction
 
     args = build_parser().parse_args(argv)
     check_teacher_and_construction(args)
@@ -482,8 +482,8 @@ def certified(upper: float, certificate: float) -> bool:
 def run(args) -> dict:
     from constructions.registry import build
     from constructions.tasks.hyperteacher import HyperteacherConfig
-    from verify.check import sample_teacher
-    from verify.measure import measure_sup_error
+    from verify.theorem.check import sample_teacher
+    from verify.theorem.measure import measure_sup_error
 
     cfg = HyperteacherConfig(I=args.I, H=args.H, O=args.O, M=args.M, K=args.K,
                              weights=args.weights, encoding=args.encoding, seed=args.seed)

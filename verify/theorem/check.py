@@ -37,9 +37,9 @@ from constructions.registry import build
 from constructions.tasks.hyperteacher import HyperteacherConfig, sample_hyperteacher
 from constructions.tasks.multilayer import sample_multilayer_hyperteacher
 from verify.cli import GIB, UsageError, phase
-from verify.exact_checks import every_level_task, off_task_set_errors
-from verify.measure import measure_sup_error
-from verify.presets import MAX_TASKS
+from verify.theorem.exact_checks import every_level_task, off_task_set_errors
+from verify.theorem.measure import measure_sup_error
+from verify.theorem.presets import MAX_TASKS
 
 DENSE_CHECK_BYTES = 512 * 2**20  # build the dense net for the agreement check up to this size
 AGREEMENT_TOL = 1e-9  # dense vs structured: both float64, same function, rounding only

@@ -44,7 +44,7 @@ from constructions.tasks.hyperteacher import (
     support_weights,
 )
 from verify.cli import progress as progress_bar
-from verify.presets import DEFAULT_LINE_EVALUATIONS, DEFAULT_MEASURE, MeasureBudget
+from verify.theorem.presets import DEFAULT_LINE_EVALUATIONS, DEFAULT_MEASURE, MeasureBudget
 
 # The line searches (stage 3). Their budget is MeasureBudget.line_evaluations (by default
 # the ascent's evaluations) times min(LINE_BOOST, LINE_NUMBERS / numbers_read(f, teacher)):

@@ -24,7 +24,7 @@ from constructions.catalogue import (
 from theory.bounds import CONSTANTS, VARIANTS
 from verify import cli
 from verify.cli import UsageError, positive_float, positive_int
-from verify.presets import INSTANCE_BOUND_CONSTRUCTIONS, MAX_TASKS
+from verify.theorem.presets import INSTANCE_BOUND_CONSTRUCTIONS, MAX_TASKS
 
 MAX_LAYERS = 8
 # Threads pay off once each input row carries I·H ≥ 64 products (the default I = H = 16:
@@ -115,7 +115,7 @@ def parse_args(argv) -> object:
 def run(args) -> tuple[dict, object]:
     """(the report, the construction it is about)."""
     from constructions.tasks.hyperteacher import HyperteacherConfig
-    from verify.check import verify_point
+    from verify.theorem.check import verify_point
 
     cfg = HyperteacherConfig(I=args.I, H=args.H, O=args.O, M=args.M, K=args.K,
                              weights=args.weights, encoding=args.encoding, seed=args.seed)
@@ -126,7 +126,7 @@ def run(args) -> tuple[dict, object]:
         measure=dict(max_tasks=args.max_tasks, points_per_task=args.points, refine_steps=args.refine_steps),
         progress=False if args.no_progress else None)
     if args.bound == "instance":
-        from verify.instance import add_instance_bound
+        from verify.theorem.instance import add_instance_bound
 
         add_instance_bound(report, net, teacher, args.bound_seconds,
                            progress=False if args.no_progress else None)
@@ -162,7 +162,7 @@ def work(args) -> int:
     if args.json:
         cli.emit(cli.to_json(report))
     else:
-        from verify.report import format_report
+        from verify.theorem.report import format_report
 
         cli.emit(format_report(report, net.report_lines(report)))
     return cli.EXIT_OK if report["passed"] else cli.EXIT_VIOLATED

@@ -30,8 +30,9 @@ import numpy as np
 
 from constructions.catalogue import WEIGHTS
 from theory.bounds import CONSTANTS, VARIANTS, hidden_units
-from verify import cli, presets
+from verify import cli
 from verify.cli import UsageError, positive_float, positive_int
+from verify.theorem import presets
 
 # The fast path's and the preflight's budgets as keyword dicts (verify.presets holds every preset).
 FAST_MEASURE = presets.SWEEP_MEASURE.kwargs()
@@ -242,7 +243,7 @@ def _config(sc: SweepConfig, M: int, K: int, seed: int):
 def preflight(sc: SweepConfig, progress: bool | None = None) -> None:
     """Raise verify_point's UsageError (memory, 2^40 knots, float64) for any point of the
     grid before the sweep starts, rather than when the sweep reaches it."""
-    from verify.check import verify_point
+    from verify.theorem.check import verify_point
 
     points = grid_points(sc)
     with cli.progress(len(points), "check the grid", progress, unit="point") as bar:
@@ -256,7 +257,7 @@ def run_sweep(sc: SweepConfig, measure: dict | None = None, progress: bool | Non
     """One row per (ε, M, K, seed, variant). Both variants compute the same function, so
     each point is measured once and the row for the other variant shares that measurement."""
     from constructions.shallow import build_shallow
-    from verify.check import count_built, verify_point
+    from verify.theorem.check import count_built, verify_point
 
     measure = FAST_MEASURE | (measure or {})
     points = grid_points(sc)
