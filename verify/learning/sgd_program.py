@@ -38,7 +38,7 @@ from verify.learning import tracking
 from verify.learning.families import DEFAULT_FAMILY, FAMILIES
 from verify.learning.run_config import TRANSFORMER_DEFAULTS, Runtime, SgdRun, setting_names
 from verify.learning.settings import add_setting_flags, typed_only
-from verify.presets import (
+from verify.theorem.presets import (
     CHECKPOINT_SECONDS,
     PRECISIONS,
     SHAPES,
@@ -545,7 +545,7 @@ def behaviour(args) -> dict[str, list[float]]:
         prep.sides = {side: (supports[:BEHAVIOUR_SUPPORTS], sampled) for side, (supports, sampled) in
                       prep.sides.items()}
         if hasattr(prep.family, "sup_measure"):
-            from verify.presets import MeasureBudget
+            from verify.theorem.presets import MeasureBudget
 
             prep.family.sup_measure = MeasureBudget(**BEHAVIOUR_MEASURE)
         supports = [np.asarray(prep.split.train, dtype=np.int64), np.asarray(prep.split.test, dtype=np.int64)]
