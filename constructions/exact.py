@@ -31,7 +31,7 @@ Certificate: 0 on the task set "levels" (x in the box, every active z_m in the t
 set, at most K active modules; "theorem" is in fact exact for any number of them). The floor
 is float64 rounding of f and of the reference g (theory.exact.rounding_floor).
 
-Where it stops being exact (verify/exact_checks.py measures both):
+Where it stops being exact (verify/theorem/exact_checks.py measures both):
 - z between levels (the `continuous` family, or any z off V): gates are fractional, units
   are partly on, and the products are wrong by a fraction of |q|: the error is of the order
   of the output itself. The builder refuses `continuous` teachers for this reason.

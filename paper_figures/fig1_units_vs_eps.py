@@ -30,7 +30,7 @@ from paper_figures.common import (
     new_figure,
     plot_series,
 )
-from verify.sweep import fit_scaling
+from verify.theorem.sweep import fit_scaling
 
 NAME = "fig1_units_vs_eps"
 # The figure's caption: its PDF's Subject and its entry in captions.md.

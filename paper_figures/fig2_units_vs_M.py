@@ -25,8 +25,8 @@ from constructions.shallow import build_shallow
 from constructions.tasks.hyperteacher import HyperteacherConfig, sample_hyperteacher
 from paper_figures.common import COLOURS, FigureResult, cached, config_of, finish, new_figure, plot_series
 from theory.bounds import VARIANTS, hidden_units, memorization_hidden_units, n_tasks
-from verify.check import count_built
-from verify.sweep import fit_slope
+from verify.theorem.check import count_built
+from verify.theorem.sweep import fit_slope
 
 NAME = "fig2_units_vs_M"
 # The figure's caption: its PDF's Subject and its entry in captions.md.

@@ -3,7 +3,7 @@
 (a) log-log, with the line y = ε: the certificate sits just under it (N is the smallest
 integer that gets there) and the measured error (a lower estimate of the true sup, from
 `verify.measure.measure_sup_error` via the sweep) under the certificate. The gap between
-the two is the certificate's slack. The instance bound (verify/instance.py, on the smallest
+the two is the certificate's slack. The instance bound (verify/theorem/instance.py, on the smallest
 M and the first seed) is an upper bound on this teacher's true sup: over Z_K by branch and
 bound (for a few seconds a point), and over the family's own tasks. The true sup lies
 between the measured error and it. (b) measured / certificate and instance bound /
@@ -12,7 +12,7 @@ certificate, on a linear scale.
 The committed figure (I = H = 16): everything lies below y = ε; the certificate has a slack of
 4–7× against the measured sup. The instance bound over Z_K (3 s of branch and bound a point)
 stays at the certificate: the branch and bound over continuous weights does not resolve z at
-I = H = 16 (verify/instance.py). The one over the family's own tasks is tight at this size:
+I = H = 16 (verify/theorem/instance.py). The one over the family's own tasks is tight at this size:
 seed 0's measured sup over Z_K is 0.83–1.03 of it, and can exceed it because Z_K holds tasks
 between the levels. The box prints the slope of log(measured ÷ certificate) against log N per
 M, which the sweep's rate fit holds to 0.
@@ -34,7 +34,7 @@ from paper_figures.common import (
     plot_series,
     select,
 )
-from verify.sweep import ERROR_FIT, fit_scaling
+from verify.theorem.sweep import ERROR_FIT, fit_scaling
 
 NAME = "fig3_error_vs_eps"
 # The figure's caption: its PDF's Subject and its entry in captions.md.
@@ -51,9 +51,9 @@ def instance_rows(sc, sweep: list[dict]) -> list[dict]:
     """The instance bounds (Z_K and the family's tasks) of the smallest M's first seed, at
     every ε, with the measured error of the same network."""
     from constructions.shallow import build_shallow
-    from verify.check import sample_teacher
-    from verify.instance import levels_bound, zk_bound
-    from verify.sweep import _config
+    from verify.theorem.check import sample_teacher
+    from verify.theorem.instance import levels_bound, zk_bound
+    from verify.theorem.sweep import _config
 
     M, K, seed = min(sc.M), sc.K[0], sc.seeds[0]
     if K > M:

@@ -21,7 +21,7 @@ import torch
 from constructions.shallow import build_shallow
 from constructions.tasks.hyperteacher import HyperteacherConfig, sample_hyperteacher
 from paper_figures.common import FigureResult, cached, config_of, finish, new_figure, plot_series, select
-from verify.measure import measure_sup_error
+from verify.theorem.measure import measure_sup_error
 
 NAME = "fig4_where_error_lives"
 # The figure's caption: its PDF's Subject and its entry in captions.md.

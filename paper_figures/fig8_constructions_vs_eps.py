@@ -30,9 +30,9 @@ from paper_figures.common import (
     plot_series,
 )
 from theory.bounds import memorization_hidden_units
-from verify.check import count_built
 from verify.cli import progress as progress_bar
-from verify.measure import measure_sup_error
+from verify.theorem.check import count_built
+from verify.theorem.measure import measure_sup_error
 
 NAME = "fig8_constructions_vs_eps"
 # The figure's caption: its PDF's Subject and its entry in captions.md.

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from verify.sweep import FAST_MEASURE, SweepConfig, run_sweep
+from verify.theorem.sweep import FAST_MEASURE, SweepConfig, run_sweep
 
 
 @dataclass(frozen=True)

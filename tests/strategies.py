@@ -5,7 +5,7 @@ import torch
 from hypothesis import strategies as st
 
 from constructions import ENCODINGS, WEIGHTS, HyperteacherConfig
-from verify.presets import TEST_MEASURE
+from verify.theorem.presets import TEST_MEASURE
 
 
 @st.composite

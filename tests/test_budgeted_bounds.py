@@ -12,11 +12,11 @@ import pytest
 import torch
 
 import theory.instance as ti
-import verify.instance as vi
+import verify.theorem.instance as vi
 from constructions.shallow import build_shallow
 from constructions.tasks.hyperteacher import HyperteacherConfig, sample_hyperteacher
 from tests.test_instance_bound import exhaustive_zk_sup
-from verify.measure import pointwise_error
+from verify.theorem.measure import pointwise_error
 
 
 def instance(seed: int, I=1, H=3, O=2, M=3, K=2, weights="khot", eps=1e-2):

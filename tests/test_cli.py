@@ -11,7 +11,7 @@ import torch
 import verify.bound
 from constructions import Hyperteacher, registry
 from constructions.catalogue import CONSTRUCTIONS, REGISTRY
-from verify.measure import measure_sup_error
+from verify.theorem.measure import measure_sup_error
 
 SMALL = ["--M", "5", "--K", "2", "--I", "3", "--H", "3", "--O", "2", "--eps", "1e-2", "--no-progress"]
 

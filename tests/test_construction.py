@@ -28,7 +28,7 @@ from constructions import HyperteacherConfig, build_shallow, sample_hyperteacher
 from constructions.base import count_hidden_units
 from tests.strategies import FAST, log_eps, random_inputs, small_configs
 from theory.bounds import instance_C
-from verify.measure import measure_sup_error
+from verify.theorem.measure import measure_sup_error
 
 
 @given(cfg=small_configs(), log_eps=log_eps, variant=st.sampled_from(["theorem", "lean"]),

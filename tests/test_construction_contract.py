@@ -31,8 +31,8 @@ from constructions.registry import BUILDERS, build
 from constructions.shallow import ShallowConstruction, build_shallow
 from tests.strategies import FAST, small_configs
 from theory.bounds import CONSTANTS, VARIANTS
-from verify.check import AGREEMENT_TOL, dense_agreement, measure_claim, sample_teacher
 from verify.learning.train import mlp
+from verify.theorem.check import AGREEMENT_TOL, dense_agreement, measure_claim, sample_teacher
 
 # A fourth of the profile's examples per construction (5 with the default `ci` profile): the
 # contract is the same for every registered construction, and each example measures one.

@@ -24,7 +24,7 @@ from tests.strategies import (
 )
 from theory import deep as theory
 from theory.bounds import instance_C, square_interpolant
-from verify.measure import measure_sup_error
+from verify.theorem.measure import measure_sup_error
 
 # The property test runs 20 examples: a lighter search keeps it near the file's budget (the
 # tiny-instance tests below are the ones that check the measurer gets close to the sup).

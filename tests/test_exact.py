@@ -28,8 +28,8 @@ from theory.exact import (
     staircase_code,
     symbolic_checks,
 )
-from verify.exact_checks import exact_task_errors, off_task_set_errors
-from verify.measure import measure_sup_error
+from verify.theorem.exact_checks import exact_task_errors, off_task_set_errors
+from verify.theorem.measure import measure_sup_error
 
 DISCRETE = [0.5, 0.6, 0.7, 0.8, 0.9, 1.0]
 EXACT_TOL = 1e-12  # the bar for "exact"; the floor below is the derived one

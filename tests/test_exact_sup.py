@@ -19,7 +19,7 @@ import torch
 from hypothesis import assume, given, reject, settings
 from hypothesis import strategies as st
 
-import verify.exact_sup as es
+import verify.theorem.exact_sup as es
 from constructions.base import EXACT_TOL
 from constructions.catalogue import ENCODINGS, REGISTRY, WEIGHTS
 from constructions.registry import build
@@ -27,8 +27,8 @@ from constructions.tasks.hyperteacher import HyperteacherConfig
 from tests.strategies import FAST
 from theory.bounds import CONSTANTS, VARIANTS
 from theory.lipschitz import affine_interval, network_lipschitz, teacher_z_lipschitz
-from verify.check import sample_teacher
-from verify.measure import measure_sup_error
+from verify.theorem.check import sample_teacher
+from verify.theorem.measure import measure_sup_error
 
 TEST_WORK, TEST_MILPS = 2000, 32  # unstable² × MILPs, and MILPs: about a second an example
 X_POINTS = 200_001  # the brute-force grid over x ∈ [-1, 1] (I = 1): spacing 1e-5

@@ -14,8 +14,8 @@ from verify.learning import families
 from verify.learning import sgd_program as sgd
 from verify.learning.families import DEFAULT_FAMILY, FAMILIES, TaskFamily
 from verify.learning.settings import shown
-from verify.presets import SHAPES
 from verify.studies import commands as driver
+from verify.theorem.presets import SHAPES
 
 
 @pytest.fixture

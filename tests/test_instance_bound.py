@@ -1,4 +1,4 @@
-"""The instance bound (theory/instance.py, verify/instance.py): its phase form is the network's
+"""The instance bound (theory/instance.py, verify/theorem/instance.py): its phase form is the network's
 error exactly, and each of its upper ends is above every error a search or a grid finds,
 and below the certificate. Broken versions of it (a dropped remainder, a dropped (·)⁺, one
 kink of two) are caught by the same grids."""
@@ -20,9 +20,9 @@ from tests.strategies import FAST, random_tasks
 from theory.bounds import certificate
 from theory.instance import beta, box_bound, gamma_bound, kink_values, task_bound, task_phases
 from theory.instance import phase_form_error as theory_phase_form_error
-from verify import bound
-from verify.instance import guided_search, levels_bound, zk_bound
-from verify.measure import measure_sup_error, pointwise_error
+from verify.theorem import bound
+from verify.theorem.instance import guided_search, levels_bound, zk_bound
+from verify.theorem.measure import measure_sup_error, pointwise_error
 
 EXAMPLES = max(4, settings.default.max_examples // 5)
 
@@ -256,7 +256,7 @@ def test_gamma_bound_is_the_max_over_every_vertex_and_between_the_truth_and_task
 def test_the_instance_bounds_are_above_the_exact_sup_by_milp(case):
     """Against verify.exact_sup's MILP: on the family's tasks its sup is exact, and over Z_K
     its lower end is an error the network has."""
-    from verify.exact_sup import exact_sup, work_estimate
+    from verify.theorem.exact_sup import exact_sup, work_estimate
 
     teacher, net = case
     assume(work_estimate(net, teacher, grid=2, max_cells=4)["work"] <= 5_000)
@@ -362,7 +362,7 @@ def test_add_instance_bound_reports_the_bounds_it_calls(weights):
     """With no time (seconds = 0: zk_bound's first boxes, levels_bound's first pass, both
     deterministic), every field is the value of the function it comes from, recomputed here;
     a measured error above the bounds makes its check False and `passed` False."""
-    from verify.instance import RESTS_ON, add_instance_bound
+    from verify.theorem.instance import RESTS_ON, add_instance_bound
 
     teacher, net, mz = _instance(weights)
     support = np.flatnonzero(mz)
@@ -427,7 +427,7 @@ def test_add_instance_bound_checks_at_their_boundaries(monkeypatch):
     put the lower ends exactly there."""
     import dataclasses
 
-    import verify.instance as vi
+    import verify.theorem.instance as vi
 
     teacher, net, mz = _instance("discrete")
     support = np.flatnonzero(mz)
@@ -454,7 +454,7 @@ def test_add_instance_bound_checks_at_their_boundaries(monkeypatch):
 def test_add_instance_bound_with_no_error_found_has_an_infinite_ratio(monkeypatch):
     """lower = 0 (nothing measured, the guided search finding 0): upper/lower is inf, not a
     division by zero."""
-    import verify.instance as vi
+    import verify.theorem.instance as vi
 
     teacher, net, mz = _instance("continuous")
     support = np.flatnonzero(mz)

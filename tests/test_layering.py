@@ -1,10 +1,12 @@
-"""The import graph flows one way: theory ← constructions.tasks ← constructions ← verify ←
-verify.learning ← verify.studies ← verify.images ← paper_figures. Read from the source (ast), so a
-wrong-way import fails here, not in a user's circular-import traceback.
+"""The import graph flows one way: theory ← constructions.tasks ← constructions ← verify (cli) ←
+verify.theorem ← verify.learning ← verify.studies ← verify.images ← paper_figures. Read from the
+source (ast), so a wrong-way import fails here, not in a user's circular-import traceback.
 
-Inside verify, the theorem's checks (bound, check, measure, …) know nothing of training or
+The theorem's checks (verify.theorem: bound, check, measure, …) know nothing of training or
 studies; the command-line entry points `verify.sgd` and `verify.study` are thin modules that
-only call into verify.learning and verify.studies, and verify.bench times both sides.
+only call into verify.learning and verify.studies, and verify.bench times both sides. The
+theorem's old module names (verify.bound, verify.measure, …) are aliases of verify.theorem's
+modules, kept for `python -m verify.bound` and a user's imports; no project module imports them.
 
 Inside verify.studies, the command line (verify.studies.commands, run by the `verify.study` entry
 point) sits on top: no other module of the package imports it, and no module imports another of
@@ -19,39 +21,53 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 LEARNING_AND_STUDIES = {"verify.learning", "verify.studies", "verify.sgd", "verify.study", "verify.bench",
                         "verify.kernel"}
+# The theorem's checks, in verify/theorem/; each keeps its old name as an alias (verify/NAME.py).
+THEOREM = ("bound", "check", "measure", "instance", "exact_sup", "exact_checks", "sweep", "report", "presets")
+OLD_NAMES = {f"verify.{name}" for name in THEOREM}
+# The ones that are entry points (python -m verify.NAME runs the module's main()).
+THEOREM_ENTRY_POINTS = ("bound", "exact_sup", "sweep")
 # Each layer, innermost first: the packages its modules may import from this project, and
 # the ones inside those that they may not.
 LAYERS = [
     ("theory", {"theory"}, set()),
     ("constructions/tasks", {"theory", "constructions.tasks"}, set()),
     ("constructions", {"theory", "constructions"}, set()),
-    ("verify", {"theory", "constructions", "verify"}, LEARNING_AND_STUDIES | {"verify.images"}),
+    # verify/cli.py (and the package's __init__): under every command line.
+    ("verify", {"theory", "constructions", "verify"},
+     LEARNING_AND_STUDIES | {"verify.images", "verify.theorem"} | OLD_NAMES),
+    ("verify/theorem", {"theory", "constructions", "verify"},
+     LEARNING_AND_STUDIES | {"verify.images"} | OLD_NAMES),
     ("verify/learning", {"theory", "constructions", "verify"},
-     LEARNING_AND_STUDIES - {"verify.learning"} | {"verify.images"}),
+     LEARNING_AND_STUDIES - {"verify.learning"} | {"verify.images"} | OLD_NAMES),
     # The task families sit under the training loop and verify.sgd, which ask them for
     # everything family-specific: they may use the metrics, never the loop or the CLI.
     ("verify/learning/families", {"theory", "constructions", "verify"},
      LEARNING_AND_STUDIES - {"verify.learning"}
      | {"verify.images", "verify.learning.sgd_program", "verify.learning.train", "verify.learning.pack",
-        "verify.learning.speed"}),
+        "verify.learning.speed"} | OLD_NAMES),
     ("verify/studies", {"theory", "constructions", "verify"},
-     LEARNING_AND_STUDIES - {"verify.learning", "verify.studies"} | {"verify.images"}),
+     LEARNING_AND_STUDIES - {"verify.learning", "verify.studies"} | {"verify.images"} | OLD_NAMES),
     # The image experiment sits beside the studies: it may use the learning side and the
     # studies' provenance helpers, never the entry points.
-    ("verify/images", {"theory", "constructions", "verify"}, {"verify.sgd", "verify.study", "verify.bench"}),
-    ("paper_figures", {"theory", "constructions", "verify", "paper_figures"}, set()),
+    ("verify/images", {"theory", "constructions", "verify"},
+     {"verify.sgd", "verify.study", "verify.bench"} | OLD_NAMES),
+    ("paper_figures", {"theory", "constructions", "verify", "paper_figures"}, OLD_NAMES),
 ]
-# The entry points and the benchmark, which reach into the learning side on purpose.
-ENTRY_POINTS = {"verify/sgd.py", "verify/study.py", "verify/bench.py", "verify/kernel.py"}
+# The entry points and the benchmark, which reach into the learning side on purpose, and the
+# theorem's old names (test_the_old_names_are_aliases).
+ENTRY_POINTS = {"verify/sgd.py", "verify/study.py", "verify/bench.py", "verify/kernel.py"} \
+    | {f"verify/{name}.py" for name in THEOREM}
 PROJECT = ("theory", "constructions", "verify", "paper_figures", "tests")
 
 
 def project_imports(path: Path) -> set[str]:
-    """Every module of this project that the file imports, anywhere in it."""
+    """Every module of this project that the file imports, anywhere in it (`from a import b`
+    gives a and a.b: b may be a module, as in `from verify.theorem import presets`)."""
     found = set()
     for node in ast.walk(ast.parse(path.read_text())):
         names = ([a.name for a in node.names] if isinstance(node, ast.Import)
-                 else [node.module] if isinstance(node, ast.ImportFrom) and node.module and not node.level
+                 else [node.module, *(f"{node.module}.{a.name}" for a in node.names)]
+                 if isinstance(node, ast.ImportFrom) and node.module and not node.level
                  else [])
         found |= {n for n in names if n.split(".")[0] in PROJECT}
     return found
@@ -86,16 +102,39 @@ def test_the_entry_points_are_thin():
         assert not defined, name
 
 
+def test_the_old_names_are_aliases():
+    """verify/NAME.py for each of the theorem's checks holds no code: it imports
+    verify.theorem.NAME and stands for it (the same module object), or, for an entry point, runs
+    its main()."""
+    import importlib
+
+    for name in THEOREM:
+        path = ROOT / "verify" / f"{name}.py"
+        tree = ast.parse(path.read_text())
+        defined = [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef | ast.ClassDef)]
+        assert not defined, path
+        imported = project_imports(path) - {"verify", "verify.cli"}
+        assert imported == {"verify.theorem", f"verify.theorem.{name}"}, path
+        assert importlib.import_module(f"verify.{name}") is importlib.import_module(f"verify.theorem.{name}")
+        runs_main = "main()" in path.read_text()
+        assert runs_main == (name in THEOREM_ENTRY_POINTS), path
+
+
 def test_the_check_catches_a_wrong_way_import(tmp_path):
+    layer = {folder: (may_import, may_not) for folder, may_import, may_not in LAYERS}
     bad = tmp_path / "bad.py"
-    bad.write_text("from verify.cli import UsageError\n")
-    assert not allowed(next(iter(project_imports(bad))), LAYERS[1][1])
-    bad.write_text("from verify.studies.store import RunStore\n")
-    _, may_import, may_not = LAYERS[4]  # verify/learning
-    assert not allowed(next(iter(project_imports(bad))), may_import, may_not)
-    bad.write_text("from verify.learning.metrics import rmse\n")
-    _, may_import, may_not = LAYERS[3]  # verify (the theorem's checks)
-    assert not allowed(next(iter(project_imports(bad))), may_import, may_not)
+
+    def refused(line: str, folder: str) -> bool:
+        bad.write_text(line + "\n")
+        return not all(allowed(m, *layer[folder]) for m in project_imports(bad))
+
+    assert refused("from verify.cli import UsageError", "constructions/tasks")
+    assert refused("from verify.studies.store import RunStore", "verify/learning")
+    assert refused("from verify.learning.metrics import rmse", "verify/theorem")
+    assert refused("from verify.theorem.measure import measure_sup_error", "verify")
+    assert refused("from verify.measure import measure_sup_error", "verify/learning")  # the old name
+    assert refused("from verify import presets", "verify/learning")
+    assert not refused("from verify.theorem import presets", "verify/learning")
 
 
 # ----------------------------------------------------------------------------- inside verify.studies

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from constructions import HyperteacherConfig, sample_hyperteacher
-from verify.measure import measure_sup_error, pointwise_error
+from verify.theorem.measure import measure_sup_error, pointwise_error
 
 
 class TeacherPlus(torch.nn.Module):

@@ -20,8 +20,8 @@ from constructions.catalogue import ENCODINGS, REGISTRY, WEIGHTS
 from constructions.registry import build
 from constructions.tasks.hyperteacher import HyperteacherConfig
 from theory.bounds import CONSTANTS
-from verify.check import measure_claim, sample_teacher
-from verify.measure import measure_sup_error, pointwise_error
+from verify.theorem.check import measure_claim, sample_teacher
+from verify.theorem.measure import measure_sup_error, pointwise_error
 
 POWER = 0.95  # the measurer finds at least this fraction of the grid's maximum
 # Grid points per x axis and per weight axis, by (I, |support|): about 2^17 points a support.

@@ -9,9 +9,9 @@ import torch
 
 from constructions import HyperteacherConfig, sample_hyperteacher
 from tests.test_measure import TeacherPlus
-from verify import measure
-from verify.measure import BestPoint, measure_sup_error
-from verify.presets import DEFAULT_LINE_EVALUATIONS, MeasureBudget
+from verify.theorem import measure
+from verify.theorem.measure import BestPoint, measure_sup_error
+from verify.theorem.presets import DEFAULT_LINE_EVALUATIONS, MeasureBudget
 
 SMALL = MeasureBudget(points_per_task=4, refine_tasks=4, refine_starts=4, refine_steps=10, grid_points=33)
 DELTA = 1e-3

@@ -18,7 +18,7 @@ from constructions.tasks.multilayer import MultiLayerHyperteacher, sample_multil
 from tests.strategies import FAST_COARSE_GRID as FAST
 from tests.strategies import random_tasks, small_configs
 from theory import multilayer as theory
-from verify.measure import measure_sup_error
+from verify.theorem.measure import measure_sup_error
 
 
 def student_inputs(teacher, z, x):

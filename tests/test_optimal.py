@@ -18,7 +18,7 @@ from tests.strategies import FAST_COARSE_GRID as FAST
 from tests.strategies import log_eps, random_inputs, small_configs
 from theory import bounds
 from theory import optimal as theory
-from verify.measure import measure_sup_error
+from verify.theorem.measure import measure_sup_error
 
 # As in test_construction, plus a coarser x-grid for I = 2 (129² instead of 257² points).
 

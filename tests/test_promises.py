@@ -281,12 +281,12 @@ def test_a_closed_pipe_ends_quietly(tmp_path, module, argv, files):
 
 def test_an_internal_error_is_exit_3_with_its_traceback(monkeypatch, capsys):
     import verify.bound
-    import verify.check
+    import verify.theorem.check
 
     def broken(*args, **kwargs):
         raise RuntimeError("boom")
 
-    monkeypatch.setattr(verify.check, "verify_point", broken)
+    monkeypatch.setattr(verify.theorem.check, "verify_point", broken)
     code = verify.bound.main(TINY_BOUND + ["--no-progress"])
     err = capsys.readouterr().err
     assert code == 3 and "Traceback" in err and "RuntimeError: boom" in err

@@ -5,8 +5,8 @@ float64 margin covers the distance to the exact (rational) value of its formula.
 Mutation testing
 ----------------
 The rigorous bounds and their tests are checked with mutmut 3.8.1 (the `dev` extra; configured
-in pyproject.toml under [tool.mutmut]: the five files theory/instance.py, verify/instance.py,
-verify/exact_sup.py, theory/lipschitz.py, theory/bounds.py, and their five test files with -x,
+in pyproject.toml under [tool.mutmut]: the five files theory/instance.py, verify/theorem/instance.py,
+verify/theorem/exact_sup.py, theory/lipschitz.py, theory/bounds.py, and their five test files with -x,
 less the four slowest tests, which cross-check the same bounds by MILP, a 2,000-point grid over
 Z_K and the CLI; a mutant is a timeout past 6 × its tests' time + 6 s of CPU). It is not run in
 CI. Run it in a scratch copy, so that its mutants/ folder stays out of the checkout, on the
@@ -15,8 +15,8 @@ four batches, about 35 min on two shared cores):
 
     rm -rf /tmp/mut && mkdir /tmp/mut && git archive HEAD | tar -x -C /tmp/mut && cd /tmp/mut
     export OMP_NUM_THREADS=1 HYPOTHESIS_PROFILE=ci
-    I=theory.instance.x_; B=theory.bounds.x_; L=theory.lipschitz.x_; V=verify.instance.x_
-    E=verify.exact_sup.x
+    I=theory.instance.x_; B=theory.bounds.x_; L=theory.lipschitz.x_; V=verify.theorem.instance.x_
+    E=verify.theorem.exact_sup.x
     mutmut run --max-children 2 "${I}task_bound*" "${I}box_bound*" "${I}_beta_range*" \
       "${I}gamma_bound*" "${I}rounding_margin*" "${I}kink_values*" "${I}task_phases*" \
       "${I}phase_scale*" "${I}beta_*" "${I}product_error*" "${I}phase_slopes*" "${I}input_phases*" \
@@ -40,11 +40,11 @@ test_instance_bound.py, test_theory.py), whose 127 targets were rerun by name: 1
     theory/instance.py (all but phase_form_error)            433     372   10      51  15, all equivalent
     theory/bounds.py (γ_n, certificate, readout norm,        153     121    0      32  7, all equivalent
       top-K, instance C, N(ε), rounding floor)                                          (N_for_eps 6)
-    verify/instance.py (levels_bound, zk_bound,              616     467    4     145  87, none changes
+    verify/theorem/instance.py (levels_bound, zk_bound,      616     467    4     145  87, none changes
       level_tasks, _level_z)                                                            a bound
-    verify/instance.py add_instance_bound                    279       —    —     279  13, none changes a
+    verify/theorem/instance.py add_instance_bound            279       —    —     279  13, none changes a
       (no test in the selection reached it)                                             bound or a check
-    verify/exact_sup.py (MILP, bounds, remainder,            484     356   39      89  48, all equivalent
+    verify/theorem/exact_sup.py (MILP, bounds, remainder,    484     356   39      89  48, all equivalent
       checks, exact_sup)                                                                (exact_sup 13,
                                                                                         Milp.__init__ 7)
     theory/lipschitz.py (affine_interval,                    245      67  117      61  22: 14 equivalent,
@@ -66,9 +66,10 @@ changed a reported value):
     function                                  tried  before: killed  ⏰  surviving  now: killed  ⏰  surviving
     theory/lipschitz.py teacher_z_lipschitz     157               8  95         54           38   0         16
     theory/bounds.py N_for_eps                   49              37   0         12            6   0          6
-    verify/exact_sup.py exact_sup               126              88   3         35           20   2         13
-    verify/exact_sup.py Milp.__init__           119             104   2         13            6   0          7
-    verify/instance.py add_instance_bound       279               —   —        279          265   1         13
+    verify/theorem/exact_sup.py exact_sup       126              88   3         35           20   2         13
+    verify/theorem/exact_sup.py Milp.__init__   119             104   2         13            6   0          7
+    verify/theorem/instance.py
+      add_instance_bound                        279               —   —        279          265   1         13
 
 Not killed, and not equivalent in general: 8 of teacher_z_lipschitz's outward steps on the
 pre-activation ends (the pad dropped: `size - …`, `np.where(None, …)` twice, `pad > 1` twice;
@@ -127,12 +128,12 @@ import numpy as np
 import pytest
 
 import theory.instance as ti
-import verify.exact_sup as es
+import verify.theorem.exact_sup as es
 from constructions.registry import build
 from constructions.tasks.hyperteacher import HyperteacherConfig
 from theory.bounds import gamma, readout_norm
 from theory.lipschitz import affine_interval
-from verify.check import sample_teacher
+from verify.theorem.check import sample_teacher
 
 # ─── the solver's status ──────────────────────────────────────────────────────────────────────
 
@@ -319,7 +320,7 @@ def test_the_margin_is_at_least_the_gamma_formula():
 
 
 def test_the_instance_bounds_carry_their_margin(monkeypatch):
-    import verify.instance as vi
+    import verify.theorem.instance as vi
 
     teacher = sample_teacher(HyperteacherConfig(I=1, H=2, O=1, M=2, K=1, weights="khot", seed=0))
     net = build("shallow", teacher, 1e-2)

@@ -13,7 +13,7 @@ from verify.learning.families import HyperteacherFamily
 from verify.learning.metrics import SequenceRows, SequenceTeacher, predict, sample_eval_tasks, sup_error
 from verify.learning.records import as_dicts, lookup
 from verify.learning.students import TransformerStudent
-from verify.presets import SGD_MEASURE
+from verify.theorem.presets import SGD_MEASURE
 
 DELTA = 0.25
 SAMPLES = 4  # positions a task's sequence holds

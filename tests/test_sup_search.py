@@ -7,7 +7,7 @@ import pytest
 from verify.learning import sgd_program as sgd
 from verify.learning.families.hyperteacher import FULL_SEARCH_STEPS, HyperteacherFamily, search_fraction
 from verify.learning.run_config import Runtime, SgdRun
-from verify.presets import SGD_MEASURE, MeasureBudget
+from verify.theorem.presets import SGD_MEASURE, MeasureBudget
 
 TINY_TRANSFORMER = dict(student="transformer", M=4, K=2, I=2, H=2, O=2, d_model=8, n_heads=2, n_layers=1,
                         d_ffw=16, samples_per_task=4, eval_samples=4, eval_tasks=16, extra_modules=0)

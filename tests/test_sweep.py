@@ -11,7 +11,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-import verify.sweep as sweep
+import verify.theorem.sweep as sweep
 
 
 @given(slope=st.floats(-3, 3), seed=st.integers(0, 10_000), noise=st.floats(1e-4, 0.1))
@@ -120,7 +120,7 @@ def test_sweep_counts_on_the_built_network_and_a_padded_one_is_caught(monkeypatc
     makes no count check."""
     from constructions.shallow import ShallowConstruction, build_shallow
     from constructions.tasks.hyperteacher import HyperteacherConfig, sample_hyperteacher
-    from verify.check import count_built
+    from verify.theorem.check import count_built
 
     teacher = sample_hyperteacher(HyperteacherConfig(I=2, H=2, O=2, M=3, K=2, seed=0))
     net = build_shallow(teacher, 1e-2)

@@ -91,7 +91,8 @@ def test_every_subpackage_and_the_committed_stores_ship(installed):
     _, purelib, _ = installed
     shipped = files_under(purelib)
     for module in ("constructions/tasks/hyperteacher.py", "constructions/tasks/splits.py",
-                   "theory/instance.py", "verify/bound.py", "paper_figures/__main__.py",
+                   "theory/instance.py", "verify/bound.py", "verify/theorem/bound.py",
+                   "paper_figures/__main__.py",
                    "verify/studies/task-support.yaml",
                    "verify/studies/results/task-support/cpu/study.sqlite"):
         assert module in shipped, module

@@ -40,7 +40,7 @@ certificate at most.
 Floating point: task_bound, box_bound and gamma_bound return the float64 values of their
 formulas, not rounded outward. `rounding_margin` is a proven γ_n bound (theory/bounds.gamma,
 Higham §3.1) on how far any of them can lie below its exact value, for any task of Z_K;
-verify/instance.py adds it to every upper end it reports (`fp_margin`). What it covers:
+verify/theorem/instance.py adds it to every upper end it reports (`fp_margin`). What it covers:
 - the phases φ = N·(z·W)/(4C√K): an M-term dot product and 4 roundings, so each is off by at
   most γ_{M+4}·Φ, Φ = N·max_ih top-K Σ_m |W_mih|/(4C√K) ≥ |φ_ih| on Z_K; a box's ends add its
   centre, half-width and radius (γ_{K+6}·Φ and 3u·Φ): δ = γ_{M+K+16}·Φ in all. The max over

@@ -1,4 +1,4 @@
-"""Interval bounds and Lipschitz constants for the exact sup error (verify/exact_sup.py).
+"""Interval bounds and Lipschitz constants for the exact sup error (verify/theorem/exact_sup.py).
 
 For a fixed task z, f − g is a ReLU network in x and its max over the box is a MILP. Over a
 cell of z's (z_S within δ of the centre c in ‖·‖_∞, z = 0 off the support S), the MILP lets z

@@ -24,7 +24,7 @@ What every CLI promises through it (tests/test_promises.py runs each as a user d
   would help, e.g. `verify.bound --eps -1e-3`: "argument --eps: expected a positive finite
   number, got '-1e-3'"; `verify.bound --save results` where results/ holds an earlier run:
   "--save 'results' already holds files (report.json); pass --force to replace them, or choose
-  a new folder" (verify/check.py has the size refusals).
+  a new folder" (verify/theorem/check.py has the size refusals).
 - Output files are never half-written. Every file (network.pt, teacher.npz, report.json,
   sweep.csv/.json, checkpoints, effects.md/.csv, runs.csv, each figure's PNG/PDF/CSV/JSON) is
   written under a temporary name in its folder and renamed when complete. Ctrl-C at any moment

@@ -170,7 +170,7 @@ def sup_error(f, teacher: Hyperteacher, encode, supports: np.ndarray, samples_pe
     scores: for a student that reads a task's samples as one sequence, the largest error of
     any of its samples_per_task predictions, over the sequences of that many x (the search
     then moves every x_j); for any other network, ‖f(e(z), x) − g(x, z)‖_∞ at single points."""
-    from verify.measure import measure_sup_error
+    from verify.theorem.measure import measure_sup_error
 
     if reads_sequence(f):
         f, teacher = SequenceRows(f, samples_per_task), SequenceTeacher(teacher, samples_per_task)

@@ -31,7 +31,7 @@ from verify.cli import UsageError
 from verify.learning.families import DEFAULT_FAMILY, FAMILIES
 from verify.learning.settings import check_fields, checked, choice, flag, setting
 from verify.learning.settings import typed as _typed
-from verify.presets import CHECKPOINT_SECONDS, DECAYS, INITS, PRECISIONS, SCHEDULES, SHAPES, STUDENTS
+from verify.theorem.presets import CHECKPOINT_SECONDS, DECAYS, INITS, PRECISIONS, SCHEDULES, SHAPES, STUDENTS
 
 # The official transformer (configs/teacher.py ModelConfig) and hypernetwork (d_ffw hidden
 # units); a hypernetwork run records all four, as it always has (its key says so).

@@ -38,7 +38,7 @@ from verify.learning import tracking
 from verify.learning.families import DEFAULT_FAMILY, FAMILIES
 from verify.learning.run_config import TRANSFORMER_DEFAULTS, Runtime, SgdRun, setting_names
 from verify.learning.settings import add_setting_flags, typed_only
-from verify.presets import (
+from verify.theorem.presets import (
     CHECKPOINT_SECONDS,
     PRECISIONS,
     SHAPES,
@@ -232,13 +232,13 @@ RUNTIME = ("threads", "no_progress", "json", "save", "force", "checkpoint", "che
            "precision", "compile", "fused_adamw", "device", "paper", "seeds", "log", "log_group", "log_name")
 
 
-def speed_of(args):
+def speed_of(run: SgdRun):
     """The run's Speed: the device's defaults, with what the flags set."""
     from verify.learning.train import Speed
 
-    default = Speed.default(args.runtime.device)
-    return Speed(precision=args.runtime.precision or default.precision, compile=args.runtime.compile,
-                 fused=default.fused if args.runtime.fused_adamw is None else args.runtime.fused_adamw)
+    default = Speed.default(run.runtime.device)
+    return Speed(precision=run.runtime.precision or default.precision, compile=run.runtime.compile,
+                 fused=default.fused if run.runtime.fused_adamw is None else run.runtime.fused_adamw)
 
 
 def speed_note(train: dict) -> str:
@@ -261,23 +261,23 @@ def run_config(run: SgdRun) -> dict:
     return run.key()
 
 
-def extra_sides(args) -> list[int]:
+def extra_sides(run: SgdRun) -> list[int]:
     """The numbers of active modules beyond K that are scored: K+1 … K+extra, at most M."""
-    return list(range(args.K + 1, min(args.K + args.extra_modules, args.M) + 1))
+    return list(range(run.K + 1, min(run.K + run.extra_modules, run.M) + 1))
 
 
-def split_of(args):
+def split_of(run: SgdRun):
     """The split, with any refusal of make_split worded in this CLI's flags."""
     from constructions.tasks.splits import make_split
 
     try:
-        return make_split(args.split, args.M, args.K, seed=args.seed, held_out_fraction=args.held_out)
+        return make_split(run.split, run.M, run.K, seed=run.seed, held_out_fraction=run.held_out)
     except ValueError as e:
         message = str(e)
         for word, flag in SPLIT_WORDS:
             message = message.replace(word, flag)
-        held_out = f" with --held-out {args.held_out:g}" if "--held-out" in message else ""
-        raise UsageError(f"--split {args.split}{held_out}: {message}") from None
+        held_out = f" with --held-out {run.held_out:g}" if "--held-out" in message else ""
+        raise UsageError(f"--split {run.split}{held_out}: {message}") from None
 
 
 @contextlib.contextmanager
@@ -302,25 +302,25 @@ def make_family(run: SgdRun):
     return FAMILIES[run.family].from_run(run)
 
 
-def build_students(args, family, widths_c) -> dict:
+def build_students(run: SgdRun, family, widths_c) -> dict:
     """{name: (untrained student, hidden widths or None)}, each initialised from the seed."""
     import torch
 
     from verify.learning.students import HypernetworkStudent, TransformerStudent
     from verify.learning.train import mlp, shape_widths
 
-    torch.manual_seed(args.seed)
+    torch.manual_seed(run.seed)
     E, I, O = family.E, family.I, family.O
-    if args.student == "transformer":
-        return {"transformer": (TransformerStudent(E, I, O, d_model=args.d_model, n_heads=args.n_heads,
-                                                   n_layers=args.n_layers, d_ffw=args.d_ffw), None)}
-    if args.student == "hypernetwork":
-        return {"hypernetwork": (HypernetworkStudent(E, I, O, d_ffw=args.d_ffw), None)}
+    if run.student == "transformer":
+        return {"transformer": (TransformerStudent(E, I, O, d_model=run.d_model, n_heads=run.n_heads,
+                                                   n_layers=run.n_layers, d_ffw=run.d_ffw), None)}
+    if run.student == "hypernetwork":
+        return {"hypernetwork": (HypernetworkStudent(E, I, O, d_ffw=run.d_ffw), None)}
     out = {}
-    for shape in args.shapes:
-        torch.manual_seed(args.seed)  # each shape starts from the same seed, whatever came before
-        w = shape_widths(shape, widths_c, args.widths)
-        out[shape] = (mlp(E + I, w, O, args.init), w)
+    for shape in run.shapes:
+        torch.manual_seed(run.seed)  # each shape starts from the same seed, whatever came before
+        w = shape_widths(shape, widths_c, run.widths)
+        out[shape] = (mlp(E + I, w, O, run.init), w)
     return out
 
 
@@ -349,7 +349,7 @@ class Prepared:
     """A run up to its training: its family, split, scoring sides, untrained students, and
     the reference network's rows and metrics (scored already)."""
 
-    args: object
+    run: SgdRun
     family: object
     split: object
     sides: dict
@@ -364,43 +364,43 @@ class Prepared:
     trackers: dict = field(default_factory=dict)  # {shape: its tracker (verify.learning.tracking)}
 
 
-def prepare(args, progress) -> Prepared:
+def prepare(run: SgdRun, progress) -> Prepared:
     """Everything of a run before training: family, split, reference, sides, students, and
     the checkpoint folder's room."""
     from verify.learning.train import CheckpointSpace, TrainConfig, check_checkpoint_space
 
     start = time.perf_counter()
     with cli.phase("task family, split and reference", progress):
-        split = split_of(args)
-        family = make_family(args)
+        split = split_of(run)
+        family = make_family(run)
         try:
-            reference = family.reference_for(args)
+            reference = family.reference_for(run)
         except ValueError as e:  # an ε no network can reach (more than 2^40 knots)
             raise UsageError(str(e)) from None
     # Every network is scored on the same tasks: the paper's 'test' (fresh tasks on the
     # training supports), 'ood' (held-out supports) and 'ood_k' (k active modules, k > K).
-    sides = family.eval_sides(split, extra_sides(args), args.eval_tasks, args.task.eval_samples,
-                              args.seed)
-    students = build_students(args, family, reference.widths if reference else [])
-    if args.runtime.checkpoint:
+    sides = family.eval_sides(split, extra_sides(run), run.eval_tasks, run.task.eval_samples,
+                              run.seed)
+    students = build_students(run, family, reference.widths if reference else [])
+    if run.runtime.checkpoint:
         try:
-            check_checkpoint_space(Path(args.runtime.checkpoint), [net for net, _ in students.values()])
+            check_checkpoint_space(Path(run.runtime.checkpoint), [net for net, _ in students.values()])
         except CheckpointSpace as e:
             raise UsageError(f"--checkpoint: {e}") from None
-    tc = TrainConfig(steps=args.steps, tasks_per_batch=args.tasks_per_batch,
-                     samples_per_task=args.task.samples_per_task, lr=args.lr,
-                     weight_decay=args.weight_decay, seed=args.seed, device=args.runtime.device,
-                     init=args.init, decay=args.decay, schedule=args.schedule, warmup_steps=args.warmup_steps)
-    return Prepared(args, family, split, sides, students, reference, [], [], None, tc, speed_of(args), start)
+    tc = TrainConfig(steps=run.steps, tasks_per_batch=run.tasks_per_batch,
+                     samples_per_task=run.task.samples_per_task, lr=run.lr,
+                     weight_decay=run.weight_decay, seed=run.seed, device=run.runtime.device,
+                     init=run.init, decay=run.decay, schedule=run.schedule, warmup_steps=run.warmup_steps)
+    return Prepared(run, family, split, sides, students, reference, [], [], None, tc, speed_of(run), start)
 
 
 def score_reference(prep: Prepared, progress) -> None:
     """The reference network's row and metrics (the construction's), into prep."""
-    reference, family, args = prep.reference, prep.family, prep.args
+    reference, family, run = prep.reference, prep.family, prep.run
     if reference is None:
         return
     with cli.phase(f"evaluate {reference.name}", progress):
-        prep.ref_metrics, probe = family.score(reference.name, reference.net, prep.sides, args.seed,
+        prep.ref_metrics, probe = family.score(reference.name, reference.net, prep.sides, run.seed,
                                                reference.probe_net, encode=reference.encode)
     sup = {m.side: m.value for m in prep.ref_metrics if m.metric == "sup"}
     prep.rows.append(dict(network=reference.name, widths=reference.widths,
@@ -412,23 +412,23 @@ def score_reference(prep: Prepared, progress) -> None:
                                                      family.ratio_metrics)
 
 
-def checkpoint_of(args, shape: str) -> Path | None:
-    folder = args.runtime.checkpoint
-    return Path(folder) / f"seed{args.seed}_{shape}.ckpt" if folder else None
+def checkpoint_of(run: SgdRun, shape: str) -> Path | None:
+    folder = run.runtime.checkpoint
+    return Path(folder) / f"seed{run.seed}_{shape}.ckpt" if folder else None
 
 
 def train_students(prep: Prepared, progress) -> dict:
     """{shape: TrainResult}, each student trained alone."""
     from verify.learning.train import CheckpointMismatch, train_student
 
-    args, runtime, trained = prep.args, prep.args.runtime, {}
+    run, runtime, trained = prep.run, prep.run.runtime, {}
     for shape, (net, widths) in prep.students.items():
         label = "×".join(map(str, widths)) if widths else shape
         tracker = open_tracker_of(prep, shape)
         try:
             trained[shape] = train_student(prep.family, prep.split.train, net, prep.train, progress=progress,
                                            threads=runtime.threads, name=label, widths=widths,
-                                           checkpoint=checkpoint_of(args, shape),
+                                           checkpoint=checkpoint_of(run, shape),
                                            checkpoint_seconds=60 * runtime.checkpoint_minutes,
                                            log_every=runtime.log_every, speed=prep.speed, tracker=tracker)
         except CheckpointMismatch as e:
@@ -440,11 +440,11 @@ def open_tracker_of(prep: Prepared, shape: str):
     """The tracker of one student of the run (--log), kept in prep for its scores; None without."""
     from verify.learning.tracking import open_tracker
 
-    args = prep.args
-    if args.runtime.log is None:
+    run = prep.run
+    if run.runtime.log is None:
         return None
-    name = args.runtime.log_name or f"seed{args.seed}"
-    prep.trackers[shape] = open_tracker(args.runtime.log.named(f"{name}-{shape}"), run_config(args))
+    name = run.runtime.log_name or f"seed{run.seed}"
+    prep.trackers[shape] = open_tracker(run.runtime.log.named(f"{name}-{shape}"), run_config(run))
     return prep.trackers[shape]
 
 
@@ -454,17 +454,17 @@ def finish(prep: Prepared, trained: dict, progress) -> dict:
     from verify.learning.students import parameter_count
     from verify.learning.tracking import log_scores
 
-    args, family, rows, metrics = prep.args, prep.family, list(prep.rows), list(prep.metrics)
+    run, family, rows, metrics = prep.run, prep.family, list(prep.rows), list(prep.metrics)
     for shape, (_, widths) in prep.students.items():
         result = trained[shape]
         # The paper probes MLPs and transformers, not hypernetworks (run.py).
-        probe_net = None if args.student == "hypernetwork" else result.net
+        probe_net = None if run.student == "hypernetwork" else result.net
         name = f"sgd {shape}"
         with cli.phase(f"evaluate {name}", progress):
-            scored, probe = family.score(name, result.net, prep.sides, args.seed, probe_net,
-                                         fast=scoring_copy(result.net, args.runtime.device))
+            scored, probe = family.score(name, result.net, prep.sides, run.seed, probe_net,
+                                         fast=scoring_copy(result.net, run.runtime.device))
         metrics += scored + ratio_records(name, scored, prep.ref_metrics, family.ratio_metrics)
-        log_scores(prep.trackers.get(shape), args.steps, name, scored)
+        log_scores(prep.trackers.get(shape), run.steps, name, scored)
         rows.append(dict(network=name, widths=list(widths) if widths else None,
                          hidden_units=int(sum(widths)) if widths else None,
                          parameters=parameter_count(result.net), probe_r2=probe,
@@ -474,14 +474,14 @@ def finish(prep: Prepared, trained: dict, progress) -> dict:
                             else {})))
     within = (None if prep.reference is None else
               bool(rows[0]["within_certificate"]["train"] and rows[0]["within_certificate"]["held_out"]))
-    report = dict(family=family.name, task=family.config(), encoding=args.encoding, student=args.student,
+    report = dict(family=family.name, task=family.config(), encoding=run.encoding, student=run.student,
                   split=prep.split.summary(), train={**asdict(prep.train), "speed": asdict(prep.speed)},
-                  evaluation=dict(tasks_per_side=args.eval_tasks, rows_per_task=family.rows_per_task(
-                      args.task.eval_samples), extra_active_modules=extra_sides(args)),
+                  evaluation=dict(tasks_per_side=run.eval_tasks, rows_per_task=family.rows_per_task(
+                      run.task.eval_samples), extra_active_modules=extra_sides(run)),
                   rows=rows, metrics=as_dicts(metrics), construction_within_certificate=within,
                   seconds=time.perf_counter() - prep.start)
-    if args.runtime.save:
-        save(Path(args.runtime.save), report, trained)
+    if run.runtime.save:
+        save(Path(run.runtime.save), report, trained)
     return report
 
 
@@ -498,8 +498,8 @@ def scoring_copy(net, device: str):
 def _largest_step(prep: Prepared) -> int:
     from verify.learning.train import step_macs
 
-    P = prep.family.rows_per_task(prep.args.task.samples_per_task)
-    return max(step_macs(net, prep.args.tasks_per_batch, P) for net, _ in prep.students.values())
+    P = prep.family.rows_per_task(prep.run.task.samples_per_task)
+    return max(step_macs(net, prep.run.tasks_per_batch, P) for net, _ in prep.students.values())
 
 
 # A run's behaviour record (verify.studies.behaviour): its first steps, the schedule at these
@@ -514,7 +514,7 @@ BEHAVIOUR_MEASURE = dict(max_tasks=2, points_per_task=4, refine_tasks=1, refine_
                          line_evaluations=0)
 
 
-def behaviour(args) -> dict[str, list[float]]:
+def behaviour(run: SgdRun) -> dict[str, list[float]]:
     """What a run computes, in a few numbers that any change to its training or scoring code
     moves (verify.studies.behaviour compares them with the ones a stored run recorded):
 
@@ -537,7 +537,7 @@ def behaviour(args) -> dict[str, list[float]]:
     from verify.learning.train import learning_rate, train_student
 
     # No checkpoint, no --save, no tracker (a replay logs nowhere), the CPU's default speed.
-    small = args.replace(eval_tasks=BEHAVIOUR_TASKS, runtime=Runtime())
+    small = run.replace(eval_tasks=BEHAVIOUR_TASKS, runtime=Runtime())
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
@@ -545,7 +545,7 @@ def behaviour(args) -> dict[str, list[float]]:
         prep.sides = {side: (supports[:BEHAVIOUR_SUPPORTS], sampled) for side, (supports, sampled) in
                       prep.sides.items()}
         if hasattr(prep.family, "sup_measure"):
-            from verify.presets import MeasureBudget
+            from verify.theorem.presets import MeasureBudget
 
             prep.family.sup_measure = MeasureBudget(**BEHAVIOUR_MEASURE)
         supports = [np.asarray(prep.split.train, dtype=np.int64), np.asarray(prep.split.test, dtype=np.int64)]
@@ -559,8 +559,8 @@ def behaviour(args) -> dict[str, list[float]]:
             out[f"{prep.reference.name} scores"] = [prep.reference.certificate, *_values(prep.ref_metrics)]
         for shape, (net, widths) in prep.students.items():
             untrained = copy.deepcopy(net).double()
-            probe_net = None if args.student == "hypernetwork" else untrained
-            scored, probe = prep.family.score(f"sgd {shape}", untrained, prep.sides, args.seed, probe_net)
+            probe_net = None if run.student == "hypernetwork" else untrained
+            scored, probe = prep.family.score(f"sgd {shape}", untrained, prep.sides, run.seed, probe_net)
             out[f"sgd {shape} scores"] = _values(scored) + [v for _, v in (probe or [])]
             search = prep.family.sup_search(net)  # a search cut below the full one (a short run's)
             if search is not None:
@@ -578,16 +578,16 @@ def _values(records) -> list[float]:
     return [math.nan if m.value is None else float(m.value) for m in records]
 
 
-def run(args) -> dict:
+def run(sgd_run: SgdRun) -> dict:
     """One verify.sgd run (one seed): prepare, train each student, score, report."""
-    progress = False if args.runtime.no_progress else None
-    prep = prepare(args, progress)
-    with threads_of_run(args.runtime.threads, _largest_step(prep)):
+    progress = False if sgd_run.runtime.no_progress else None
+    prep = prepare(sgd_run, progress)
+    with threads_of_run(sgd_run.runtime.threads, _largest_step(prep)):
         score_reference(prep, progress)
         return finish(prep, train_students(prep, progress), progress)
 
 
-def run_packed(runs: list) -> list[dict]:
+def run_packed(runs: list[SgdRun]) -> list[dict]:
     """Runs of one student's shape each (a study's seeds, splits or data), trained as one
     pack (verify.learning.pack) and then scored one by one: the reports `run` gives, each
     row marked `packed_with`. PackMismatch for runs that cannot share a pack."""
@@ -595,15 +595,15 @@ def run_packed(runs: list) -> list[dict]:
     from verify.learning.train import CheckpointMismatch
 
     progress = False if runs[0].runtime.no_progress else None
-    preps = [prepare(args, progress) for args in runs]
+    preps = [prepare(run, progress) for run in runs]
     if any(len(p.students) != 1 for p in preps):
         raise PackMismatch("a pack takes runs of one student each (one --shapes, or a transformer or "
                            "hypernetwork)")
     members = []
     for p in preps:
         (shape, (net, widths)), = p.students.items()
-        members.append(Member(p.family, p.split.train, net, p.train, name=f"seed {p.args.seed} {shape}",
-                              widths=widths, checkpoint=checkpoint_of(p.args, shape),
+        members.append(Member(p.family, p.split.train, net, p.train, name=f"seed {p.run.seed} {shape}",
+                              widths=widths, checkpoint=checkpoint_of(p.run, shape),
                               tracker=open_tracker_of(p, shape)))
     first = runs[0].runtime
     with threads_of_run(first.threads, len(preps) * _largest_step(preps[0])):
@@ -714,24 +714,24 @@ def format_summary(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def work(args: SgdRun) -> int:
+def work(sgd_run: SgdRun) -> int:
     reports = []
-    for seed in args.runtime.seeds:
-        runtime = args.runtime
+    for seed in sgd_run.runtime.seeds:
+        runtime = sgd_run.runtime
         if runtime.save and len(runtime.seeds) > 1:
             runtime = dataclasses.replace(runtime, save=str(Path(runtime.save) / f"seed{seed}"))
-        reports.append(run(args.replace(seed=seed, runtime=runtime)))
-        if not args.runtime.json:
-            cli.emit(format_report(reports[-1]) + ("\n" if len(args.runtime.seeds) > 1 else ""))
+        reports.append(run(sgd_run.replace(seed=seed, runtime=runtime)))
+        if not sgd_run.runtime.json:
+            cli.emit(format_report(reports[-1]) + ("\n" if len(sgd_run.runtime.seeds) > 1 else ""))
     if len(reports) > 1:
         rows = summary(reports)
-        if args.runtime.json:
+        if sgd_run.runtime.json:
             cli.emit(cli.to_json(dict(runs=reports, summary=rows)))
         else:
             cli.emit(format_summary(rows))
-        if args.runtime.save:
-            cli.write_text_atomic(Path(args.runtime.save) / "summary.json", cli.to_json(rows))
-    elif args.runtime.json:
+        if sgd_run.runtime.save:
+            cli.write_text_atomic(Path(sgd_run.runtime.save) / "summary.json", cli.to_json(rows))
+    elif sgd_run.runtime.json:
         cli.emit(cli.to_json(reports[0]))
     ok = all(r["construction_within_certificate"] is not False for r in reports)
     return cli.EXIT_OK if ok else cli.EXIT_VIOLATED

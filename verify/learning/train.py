@@ -29,7 +29,7 @@ from verify.cli import progress as progress_bar
 from verify.learning.families import Batch, HyperteacherFamily, TaskFamily
 from verify.learning.metrics import apply_tasks, encoding_dim
 from verify.learning.students import decay_parameter_groups, mlp_student
-from verify.presets import CHECKPOINT_SECONDS, DECAYS, INITS, PRECISIONS, SCHEDULES, SHAPES  # noqa: F401  (re-exported)
+from verify.theorem.presets import CHECKPOINT_SECONDS, DECAYS, INITS, PRECISIONS, SCHEDULES, SHAPES  # noqa: F401  (re-exported)
 
 
 @dataclass(frozen=True)

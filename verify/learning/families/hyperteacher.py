@@ -35,7 +35,7 @@ def sequence_measure(fraction: float):
     search at the defaults, P = 16, I = 4)."""
     from dataclasses import replace
 
-    from verify.presets import SGD_MEASURE
+    from verify.theorem.presets import SGD_MEASURE
 
     search = SGD_MEASURE.scaled(fraction)
     return search if fraction == 1 else replace(search, line_evaluations=0)
@@ -208,7 +208,7 @@ class HyperteacherFamily(TaskFamily):
             rmse,
             sup_error,
         )
-        from verify.presets import SGD_MEASURE
+        from verify.theorem.presets import SGD_MEASURE
 
         encode = encode or self.encode
         search = self.sup_measure or (self.sequence_measure if reads_sequence(f) else None) or SGD_MEASURE
@@ -233,7 +233,7 @@ class HyperteacherFamily(TaskFamily):
         """The sup search a run gives network `f`, for its report: the fraction of the full
         search and the budget, where it is not the full one (a short run's sequence student)."""
         from verify.learning.metrics import reads_sequence
-        from verify.presets import SGD_MEASURE
+        from verify.theorem.presets import SGD_MEASURE
 
         search = self.sequence_measure if reads_sequence(f) else None
         if search is None or search == SGD_MEASURE:
