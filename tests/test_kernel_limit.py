@@ -82,6 +82,33 @@ def test_the_memory_estimate_counts_the_gram_and_the_blocks():
     assert kernel_limit.solve_bytes(10_000, 4) == 8 * 10_000**2 + 8 * 12 * 1024 * 10_000
 
 
+def test_the_cholesky_factor_overwrites_the_gram_so_one_n_by_n_array_is_the_peak(monkeypatch):
+    """solve_bytes counts one n × n array: LAPACK gets a Fortran-ordered K and factors it in
+    place. scipy's cho_factor copies a C-ordered one (caught: the factor shares no memory with
+    what it was given), and the solution is the same either way (K is symmetric)."""
+    import numpy as np
+    import scipy.linalg
+
+    seen = []
+    original = scipy.linalg.cho_factor
+
+    def spy(a, *args, **kwargs):
+        c, lower = original(a, *args, **kwargs)
+        seen.append(np.shares_memory(c, a))
+        return c, lower
+
+    monkeypatch.setattr(scipy.linalg, "cho_factor", spy)
+    x, y = rows(60), rows(60, 2, seed=1)
+    cfg = KernelConfig(kernel="ntk", depth=2, jitter=1e-6, tasks=60, samples_per_task=1)
+    in_place = fit(cfg, x, y).predictor.alpha
+    assert seen == [True]
+    k = kernel_limit.gram(cfg, x).numpy()
+    k[np.diag_indices_from(k)] += 1e-6 * k.diagonal().mean()
+    copied = original(k, lower=True, overwrite_a=True, check_finite=False)
+    assert not np.shares_memory(copied[0], k)  # the C-ordered array the comment warns of
+    assert torch.equal(in_place, torch.from_numpy(scipy.linalg.cho_solve(copied, y.numpy())))
+
+
 # ----------------------------------------------------------------------------- the linearised network
 
 def test_the_linearised_network_is_the_first_order_expansion():

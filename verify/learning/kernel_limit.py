@@ -148,7 +148,10 @@ def fit(cfg: KernelConfig, x: torch.Tensor, y: torch.Tensor) -> Fit:
     built = time.perf_counter()
     jitter = cfg.jitter * float(k.diagonal().mean())
     k.diagonal().add_(jitter)
-    k_np = k.numpy()  # shares K's memory: the factor overwrites it
+    # K is symmetric, so its transpose is a Fortran-ordered view of the same memory, which
+    # LAPACK factors in place; scipy copies a C-ordered array first (two n × n arrays at the
+    # peak, where solve_bytes counts one). The factor overwrites K.
+    k_np = k.numpy().T
     try:
         factor = scipy.linalg.cho_factor(k_np, lower=True, overwrite_a=True, check_finite=False)
     except np.linalg.LinAlgError as e:
