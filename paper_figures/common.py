@@ -10,6 +10,15 @@ as its matplotlib `gid`, which is how tests match the picture to the data file.
 Every file is written under a temporary name and renamed when complete, so an
 interrupted run (Ctrl-C) leaves no truncated file under a figure's name.
 
+Precision: every float in a data file (CSV and JSON alike) is written rounded to
+SIGNIFICANT_DIGITS = 12 significant digits (`rounded`: the shortest repr of the float nearest
+to its `%.12g` form), so that regenerating the data on another machine, whose BLAS or libm
+differ in the last bits, changes no committed byte where the values agree to well within
+1e-12 (a rounding moves a value by at most 5e-12 relative; a pair that straddles a rounding
+boundary of the 12th digit still differs there, about a fraction δ/1e-12 of the values that
+agree to δ relative). Integers are written exactly. plot_series draws the values as written
+(`as_written`), so the picture is its data file's and a --redraw draws the same figure.
+
 A figure's expensive rows (the sweeps that build and count every network) are cached in the
 output folder (`cached`: `<out>/.cache/`), keyed by the figure's configuration and the
 fingerprint of the code that computes them (verify.studies.provenance.module_fingerprint):
@@ -83,11 +92,13 @@ def select(rows: Iterable[dict], series: str, panel: str | None = None) -> list[
 
 
 def plot_series(ax, rows: list[dict], series: str, panel: str, **style):
-    """Draw one series exactly as its rows say, in row order, tagged with its name."""
+    """Draw one series exactly as its rows say, in row order, tagged with its name: at the
+    data files' precision (`as_written`), so the picture is the CSV's, and a redraw from the
+    files draws the same figure."""
     sel = select(rows, series, panel)
     if not sel:
         raise ValueError(f"no rows for series {series!r} in panel {panel!r}")
-    (line,) = ax.plot([r["x"] for r in sel], [r["y"] for r in sel], **style)
+    (line,) = ax.plot([as_written(r["x"]) for r in sel], [as_written(r["y"]) for r in sel], **style)
     line.set_gid(series)
     return line
 
@@ -135,8 +146,25 @@ def cached(out: Path, name: str, config, code: str, compute: Callable[[], object
     return value
 
 
+SIGNIFICANT_DIGITS = 12  # every float of a data file, rounded (see the module's docstring)
+
+
+def rounded(x: float) -> float:
+    """x rounded to SIGNIFICANT_DIGITS significant digits: the float nearest to its `%.12g`
+    form, whose repr (Python's shortest round-trip form) has at most 12 significant digits."""
+    return float(f"{x:.{SIGNIFICANT_DIGITS}g}")
+
+
+def as_written(value):
+    """A plotted value as the data files hold it: a finite float `rounded`, anything else as is."""
+    if isinstance(value, (float, np.floating)) and math.isfinite(value):
+        return rounded(float(value))
+    return value
+
+
 def to_plain(value):
-    """Dataclasses, numpy scalars and arrays to JSON-able Python values; non-finite floats to None."""
+    """Dataclasses, numpy scalars and arrays to JSON-able Python values; non-finite floats to
+    None, finite ones `rounded` to SIGNIFICANT_DIGITS (the data files' stated precision)."""
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return to_plain(dataclasses.asdict(value))
     if isinstance(value, dict):
@@ -150,7 +178,7 @@ def to_plain(value):
     if isinstance(value, (np.integer, int)):
         return int(value)
     if isinstance(value, (np.floating, float)):
-        return float(value) if math.isfinite(value) else None
+        return rounded(float(value)) if math.isfinite(value) else None
     if isinstance(value, Path):
         return str(value)
     return value
@@ -162,7 +190,8 @@ def write_csv(path: Path, rows: list[dict]) -> None:
     with open(path, "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=columns, restval="")
         writer.writeheader()
-        # repr of a Python float round-trips exactly, so the CSV holds the plotted values.
+        # Floats at the stated precision (to_plain: `rounded`, whose repr reads back exactly),
+        # so the CSV holds the plotted values to 12 significant digits.
         writer.writerows({k: to_plain(v) for k, v in r.items()} for r in rows)
 
 
@@ -179,7 +208,7 @@ def read_csv(path: Path) -> list[dict]:
 
 
 def _cell(text: str):
-    """One CSV cell back as write_csv had it: an int, a float (repr round-trips), a bool,
+    """One CSV cell back as write_csv had it: an int, a float (as written: `rounded`), a bool,
     None (an empty cell) or a string."""
     if text == "":
         return None
@@ -196,7 +225,8 @@ def _cell(text: str):
 def load_data(out: Path, name: str) -> tuple[list[dict], dict]:
     """A figure's rows and meta back from its data files in `out` (<name>.csv, <name>.json),
     as its `make` held them when it drew the figure (but that every row has every column,
-    None where the row had none): what `redraw` draws from."""
+    None where the row had none, and floats are at the files' precision, `rounded`): what
+    `redraw` draws from."""
     out = Path(out)
     rows = []
     csv_path = out / f"{name}.csv"

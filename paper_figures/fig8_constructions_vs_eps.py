@@ -31,7 +31,7 @@ from paper_figures.common import (
 )
 from theory.bounds import memorization_hidden_units
 from verify.cli import progress as progress_bar
-from verify.theorem.check import count_built
+from verify.theorem.check import COUNTED, count_built, shapes_note
 from verify.theorem.measure import measure_sup_error
 
 NAME = "fig8_constructions_vs_eps"
@@ -109,9 +109,9 @@ def compute(cfg: Config, progress: bool | None = None) -> tuple[list[dict], dict
                 rows += point
                 bar.update(1)
             units = [r for r in rows if r["series"] == name and r["panel"] == "a"]
-            counted = [r for r in units if r["counted_from"] == "nn.Sequential"]
-            checks[f"{name}: count = formula (counted on {len(counted)} of {len(units)} built)"] = bool(
-                counted) and all(r["count_ok"] for r in counted)
+            counted = [r for r in units if r["counted_from"] in COUNTED]
+            checks[f"{name}: count = formula (counted on {len(counted)} of {len(units)} built"
+                   f"{shapes_note(units)})"] = bool(counted) and all(r["count_ok"] for r in counted)
             checks[f"{name}: {rule}"] = all(r["within"] for r in units)
     rows += [dict(panel="a", series="memorization", x=eps, y=memorization_hidden_units(cfg.M, cfg.K, cfg.H))
              for eps in (max(cfg.eps), min(cfg.eps))]

@@ -116,8 +116,8 @@ def test_a_grid_too_narrow_to_tell_the_rate_is_refused():
 def test_sweep_counts_on_the_built_network_and_a_padded_one_is_caught(monkeypatch):
     """Sizes come from the built nn.Sequential: one extra unit, padded in with zeros or an
     always-off ReLU (so the function and the agreement check are unchanged), is counted and
-    fails the count check; a network too large to build reports the formula's widths and
-    makes no count check."""
+    fails the count check, whether the network is built with its weights or, too large for
+    that, as shapes only."""
     from constructions.shallow import ShallowConstruction, build_shallow
     from constructions.tasks.hyperteacher import HyperteacherConfig, sample_hyperteacher
     from verify.theorem.check import count_built
@@ -147,9 +147,55 @@ def test_sweep_counts_on_the_built_network_and_a_padded_one_is_caught(monkeypatc
         extra = count_built(net, teacher, 0)
         assert extra["agreement"] <= 1e-9 and extra["count_ok"] is False
         assert sum(extra["widths"]) == net.hidden_units().total + 1
+        as_shapes = count_built(net, teacher, 0, max_bytes=0)
+        assert as_shapes["counted_from"] == "nn.Sequential shapes" and as_shapes["count_ok"] is False
+        assert sum(as_shapes["widths"]) == net.hidden_units().total + 1 and as_shapes["agreement"] is None
     monkeypatch.undo()
     too_large = count_built(net, teacher, 0, max_bytes=0)
-    assert too_large["counted_from"] == "formula" and too_large["count_ok"] is None
+    assert too_large["counted_from"] == "nn.Sequential shapes" and too_large["count_ok"] is True
+    assert too_large["widths"] == good["widths"] and too_large["agreement"] is None
+
+
+def test_the_shapes_count_is_the_built_count_on_a_sample_and_a_disagreement_fails(monkeypatch):
+    """count_shapes builds the same nn.Sequential on the meta device (no memory): on a sample of
+    networks of every construction, variant, M and ε it counts what the real build counts, a
+    block written at the wrong size fails it as it fails the real build, and count_built, which
+    holds the two counts together on every network it builds, fails a shapes count that is off."""
+    from constructions.base import count_hidden_units
+    from constructions.registry import CONSTRUCTIONS, build
+    from constructions.shallow import ShallowConstruction, build_shallow
+    from constructions.tasks.hyperteacher import HyperteacherConfig, sample_hyperteacher
+    from theory.bounds import HiddenUnits
+    from verify import check
+
+    sample = 0
+    for M, K, eps, seed in ((3, 2, 1e-2, 0), (5, 3, 1e-3, 1), (8, 3, 3e-4, 2)):
+        teacher = sample_hyperteacher(HyperteacherConfig(I=3, H=4, O=2, M=M, K=K, seed=seed))
+        nets = [build_shallow(teacher, eps, variant=v) for v in ("theorem", "lean")]
+        nets += [build(name, teacher, eps) for name in CONSTRUCTIONS if name != "shallow"]
+        for net in nets:
+            built = count_hidden_units(net.to_sequential())
+            assert check.count_shapes(net) == built and net.count_matches(built), (type(net).__name__, M, eps)
+            sample += 1
+    assert sample >= 12
+    # A block of the wrong size fails the shapes build as it fails the real one.
+    net = build_shallow(sample_hyperteacher(HyperteacherConfig(I=3, H=4, O=2, M=5, K=2, seed=0)), 1e-2)
+    units = net.hidden_units()
+    wrong = HiddenUnits(units.squares, units.carry + 1, units.teacher)
+    monkeypatch.setattr(ShallowConstruction, "hidden_units", lambda self: wrong)
+    for build_it in (net.to_sequential, lambda: check.count_shapes(net)):
+        with pytest.raises(RuntimeError):
+            build_it()
+    monkeypatch.undo()
+    # A shapes count that is off by one unit fails count_built's check on a network it builds.
+    teacher = sample_hyperteacher(HyperteacherConfig(I=3, H=4, O=2, M=5, K=2, seed=0))
+    net = build_shallow(teacher, 1e-2)
+    assert check.count_built(net, teacher, 0)["count_ok"] is True
+    real_count_shapes = check.count_shapes
+    monkeypatch.setattr(check, "count_shapes",
+                        lambda n: [w + (i == 0) for i, w in enumerate(real_count_shapes(n))])
+    off = check.count_built(net, teacher, 0)
+    assert off["counted_from"] == "nn.Sequential" and off["count_ok"] is False
 
 
 def test_small_sweep_writes_tidy_files_and_agrees_with_theory(tmp_path):

@@ -26,6 +26,7 @@ rounding, not approximation.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 
@@ -43,6 +44,7 @@ from verify.theorem.presets import MAX_TASKS
 
 DENSE_CHECK_BYTES = 512 * 2**20  # build the dense net for the agreement check up to this size
 AGREEMENT_TOL = 1e-9  # dense vs structured: both float64, same function, rounding only
+AGREEMENT_ROWS = 8  # dense_agreement's inputs per forward pass
 
 
 def _proc_kib_field(path: str, key: str) -> int | None:
@@ -98,8 +100,9 @@ def dense_agreement(net: Construction, dense: torch.nn.Module, teacher, seed: in
     z = rng.uniform(0.0, 1.0, size=(n, net.M)) * (rng.random((n, net.M)) < net.K / net.M)
     x = rng.uniform(-1.5, 1.5, size=(n, net.I))  # off the box too: the same function everywhere
     inputs = torch.cat([teacher.encode(torch.as_tensor(z)), torch.as_tensor(x)], dim=1)
+    # A few rows at a time: a row's activations in a 512 MiB network take 5 MiB.
     with torch.no_grad():
-        return float((net(inputs) - dense(inputs)).abs().max())
+        return max(float((net(rows) - dense(rows)).abs().max()) for rows in inputs.split(AGREEMENT_ROWS))
 
 
 def count_widths(net: Construction, dense_net: torch.nn.Module | None) -> tuple[list[int], str]:
@@ -112,25 +115,95 @@ def count_widths(net: Construction, dense_net: torch.nn.Module | None) -> tuple[
     return list(net.hidden_units().widths), "formula"
 
 
-COUNT_BYTES = 6 * GIB  # count_built builds an nn.Sequential up to this size (figure 1's largest: 4.3 GiB)
+# count_built builds an nn.Sequential with its weights up to this size, and beyond it its shapes
+# only (count_shapes). Figure 1's largest network takes 4.3 GiB, figure 2's 4.7 GiB: built with
+# their weights they set the figures' peak memory (7.5 GiB) and most of their time.
+COUNT_BYTES = DENSE_CHECK_BYTES
+# Where count_built's widths come from (counted_from): the network built with its weights, and
+# checked against the structured evaluator; built as shapes only (count_shapes); the formula.
+BUILT, SHAPES, FORMULA = "nn.Sequential", "nn.Sequential shapes", "formula"
+COUNTED = (BUILT, SHAPES)  # counted on a built network: the count check applies
+
+
+def shapes_note(rows: list[dict]) -> str:
+    """", S as shapes only" for rows of which S were counted as shapes (counted_from SHAPES),
+    for a count check's label; "" when none was."""
+    shapes = sum(r["counted_from"] == SHAPES for r in rows)
+    return f", {shapes} as shapes only" if shapes else ""
+
+
+class _OnMeta(torch.overrides.TorchFunctionMode):
+    """A torch function called within with a meta tensor among its arguments sees its CPU
+    tensors on the meta device too (their shape and dtype, no copy): a construction's own
+    buffers then mix with the meta layers it writes them into. A function of CPU tensors only
+    (the small teacher-sized quantities, float() of a buffer) runs as usual. torch.empty, which
+    nn.Linear makes its weights with, makes them on the meta device unless told a device."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = dict(kwargs or {})
+        if func is torch.empty and kwargs.get("device") is None:
+            kwargs["device"] = "meta"
+        leaves = torch.utils._pytree.tree_leaves((args, kwargs))
+        if any(isinstance(t, torch.Tensor) and t.is_meta for t in leaves):
+            meta = lambda t: t.to("meta") if isinstance(t, torch.Tensor) and not t.is_meta else t  # noqa: E731
+            args, kwargs = torch.utils._pytree.tree_map(meta, (args, kwargs))
+        return func(*args, **kwargs)
+
+
+@contextlib.contextmanager
+def _meta_device():
+    """Every module made inside, with nn.Linear or nn.utils.skip_init (how the constructions
+    make their layers), is made on torch's meta device, not the CPU: its weights have a shape
+    and a dtype but no storage, and every operation on them (_OnMeta) checks shapes as on the CPU without
+    computing anything. Other tensors are made as usual: the index arrays and teacher-sized
+    blocks that the build computes before it writes them into the layers."""
+    from torch import nn
+
+    cpu_skip_init = nn.utils.skip_init
+
+    def skip_init(module_cls, *args, **kwargs):
+        return module_cls(*args, **(kwargs | dict(device="meta")))
+
+    nn.utils.skip_init = skip_init
+    try:
+        with _OnMeta():
+            yield
+    finally:
+        nn.utils.skip_init = cpu_skip_init
+
+
+def count_shapes(net: Construction) -> list[int]:
+    """The hidden widths of net.to_sequential() built as shapes only (the meta device): the
+    same code as the real build, which writes every block by index into layers of the widths
+    counted here (a block of the wrong size fails there, as in the real build), at no memory:
+    a 4.3 GiB network in milliseconds. What it cannot check is that the weights compute the
+    structured evaluator's function: count_built checks that, and holds this count to the real
+    build's, on every network small enough to build with its weights."""
+    with _meta_device():
+        dense = net.to_sequential()
+    if any(not p.is_meta for p in dense.parameters()):
+        raise RuntimeError(f"{type(net).__name__}.to_sequential() made a weight outside the meta device")
+    return count_hidden_units(dense)
 
 
 def count_built(net: Construction, teacher, seed: int, max_bytes: int = COUNT_BYTES,
                 agreement_inputs: int = 32) -> dict:
-    """Count a construction's hidden units on its nn.Sequential, built for the purpose and
-    dropped, and check that it computes the structured evaluator's function (a count of a
-    network that computes something else would prove nothing). Where the network takes more
-    than max_bytes, or half the free memory, the widths are the formula's: counted_from
-    "formula", agreement None, and no count check can be made.
-    Returns dict(widths, counted_from, agreement, count_ok: bool | None)."""
+    """Count a construction's hidden units on its built nn.Sequential. Up to max_bytes (and
+    half the free memory) it is built with its weights, for the purpose and dropped
+    (counted_from BUILT): checked to compute the structured evaluator's function (a count of a
+    network that computes something else would prove nothing), and its widths held to those of
+    the same network built as shapes (count_shapes), so that the shapes count is checked on
+    every network small enough. Beyond, it is built as shapes only (SHAPES): agreement None,
+    and the count check is the widths' against the formula's.
+    Returns dict(widths, counted_from, agreement, count_ok: bool)."""
+    shapes = count_shapes(net)
     if net.dense_bytes() > min(max_bytes, available_bytes() // 2):
-        widths, counted_from = count_widths(net, None)
-        return dict(widths=widths, counted_from=counted_from, agreement=None, count_ok=None)
+        return dict(widths=shapes, counted_from=SHAPES, agreement=None, count_ok=net.count_matches(shapes))
     dense = net.to_sequential()
     widths, counted_from = count_widths(net, dense)
     agreement = dense_agreement(net, dense, teacher, seed, agreement_inputs)
     return dict(widths=widths, counted_from=counted_from, agreement=agreement,
-                count_ok=net.count_matches(widths) and agreement <= AGREEMENT_TOL)
+                count_ok=net.count_matches(widths) and widths == shapes and agreement <= AGREEMENT_TOL)
 
 
 def sample_teacher(cfg: HyperteacherConfig, layers: int = 1):
