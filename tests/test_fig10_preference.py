@@ -9,6 +9,7 @@ import statistics
 import numpy as np
 import pytest
 
+from paper_figures.common import rounded
 from verify.learning.families import FAMILIES
 from verify.studies import commands as study
 from verify.studies import grids, provenance
@@ -111,7 +112,8 @@ def test_the_plotted_points_are_the_effects_tables_means_and_a_row_below_the_thr
         np.testing.assert_allclose(means, by_hand, **TOL)
         plotted = sorted(y for _, ys in lines(figure, panel).values() for y in ys)
         np.testing.assert_allclose(plotted, means, **TOL)
-        assert sorted(r["y"] for r in rows if r["panel"] == panel) == plotted
+        # The picture draws the data file's values: 12 significant digits (common.rounded).
+        assert sorted(rounded(r["y"]) for r in rows if r["panel"] == panel) == plotted
         assert sorted(r["sd"] for r in rows if r["panel"] == panel) == sorted(
             r["held_out_acc_all_sd"] for r in table["rows"])
     # (f): per-step acc against acc_all, the table's means, one point per row of every study.
@@ -127,7 +129,7 @@ def test_the_plotted_points_are_the_effects_tables_means_and_a_row_below_the_thr
     assert all(r["y"] >= threshold for r in trained if r["converged"])
     assert [r["converged"] for r in tables[fig10.STUDIES[2]]["rows"]].count(False) == 1
     ring_x, ring_y = lines(figure, "e")[fig10.RING]
-    assert (list(ring_x), list(ring_y)) == ([low[0]["x"]], [0.5])
+    assert (list(ring_x), list(ring_y)) == ([rounded(low[0]["x"])], [0.5])
     assert [list(ln.get_ydata()) for ln in figure.axes[4].get_lines() if ln.get_gid() is None] == [
         [threshold, threshold]]
 

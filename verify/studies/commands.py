@@ -120,6 +120,7 @@ def _run_study(name: str, scale: str, out: Path, *, until_decided: bool = False,
     ran = sum(c["done"] + c["failed"] > 0 for c in stages)
     for k in ("done", "failed", "violated", "seconds"):
         counts[k] = sum(c[k] for c in stages)
+    counts["already_done"] = stages[0]["already_done"]  # before this command: the runs it did not make
     counts |= dict(stages=ran, max_seeds=max_seeds, open_claims=staged.open_claims(name, scale, out))
     return counts
 
