@@ -470,14 +470,7 @@ def work(args) -> int:
         return cli.EXIT_OK
     report = PROGRAMS[program].report_module()
     if args.command == "report":
-        name, runs = staged.planned_runs(args.study, args.scale, args.store)
-        # verify.sgd's report takes the plan from the study file (a .yaml path's `name:` may differ).
-        plan = dict(plan=study_plan(args.study)) if program == DEFAULT_PROGRAM else {}
-        with reading(args.store / "study.sqlite"):  # a report of another format: one line naming the store
-            table = report.effects_table(name, args.scale, args.store, keys={r.key for r in runs},
-                                         fingerprint=provenance.code_fingerprint(program), **plan)
-        cost = staged.cost_note(args.study, args.scale, args.store, runs)
-        table["notes"] += [cost] if cost else []
+        _, table = staged.study_table(args.study, args.scale, args.store)
         report.write_table(table, args.out)
         cli.emit(cli.to_json(table) if args.json else report.format_markdown(table))
         if args.scale == "smoke" and not args.json:

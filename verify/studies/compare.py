@@ -13,8 +13,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from verify.studies import grids, provenance, staged
-from verify.studies.store import reading
+from verify.studies import grids, staged
 
 TOLERANCE = 1e-3  # of a mean R² or accuracy: well above float32 training's spread between machines
 VERDICT_COLUMNS = ("effect_vs_random", "effect", "agrees")
@@ -22,15 +21,7 @@ VERDICT_COLUMNS = ("effect_vs_random", "effect", "agrees")
 
 def table_of(name: str, scale: str, out: Path) -> dict:
     """The study's report of the store in `out`."""
-    study, runs = staged.planned_runs(name, scale, out)
-    program = runs[0].program
-    report = grids.PROGRAMS[program].report_module()
-    # verify.sgd's report takes the plan from the study file (`name` may be a path: a study's
-    # `name:` need not be its file's).
-    plan = dict(plan=grids.study_plan(name)) if program == grids.DEFAULT_PROGRAM else {}
-    with reading(out / "study.sqlite"):
-        return report.effects_table(study, scale, out, keys={r.key for r in runs},
-                                    fingerprint=provenance.code_fingerprint(program), **plan)
+    return staged.study_table(name, scale, out)[1]
 
 
 def compare(name: str, scale: str, mine: Path, reference: Path | None = None) -> dict:

@@ -17,9 +17,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from verify.studies import effects
-from verify.studies.grids import Run, expand, run_of, study_plan
-from verify.studies.store import RunStore
+from verify.studies import effects, provenance
+from verify.studies.grids import DEFAULT_PROGRAM, PROGRAMS, Run, expand, run_of, study_plan
+from verify.studies.store import RunStore, reading
 
 SEED = "seed"
 _FIXED_POINT_ROUNDS = 5  # the replay's run set settles in 2 (a third confirms)
@@ -29,39 +29,31 @@ def planned_runs(name: str, scale: str, out: Path, *, max_seeds: int | None = No
     """(the study's name, its grid's runs and those its sequential plan asks for now, read from
     the store in `out`). A study without a sequential plan, or without a store, has its grid's.
     `max_seeds` caps the seeds an arm (the runner's budget); the report reads the whole plan."""
-    study, runs = expand(name, scale)
-    plan = study_plan(name)
-    if plan.looks is None or not (out / "study.sqlite").is_file():
-        return study, runs
-    cells = _cells(runs)
-    with RunStore(out / "study.sqlite", readonly=True) as store:
-        stored = set(store.statuses())
-    # Every stored seed the plan could ask for, then what the replay asks for, to a fixed point.
-    ask = {cell: plan.looks[-1] for cell in cells}
-    keys = None
-    for _ in range(_FIXED_POINT_ROUNDS):
-        extension = _extension(study, cells, ask)
-        new = {r.key for r in runs} | {r.key for r in extension if r.key in stored}
-        if new == keys:
-            break
-        keys = new
-        table = effects.effects_table(study, scale, out, keys=keys, plan=plan)
-        ask = _asked(cells, table.get("staged", []))
-    else:
-        raise AssertionError("the sequential plan's run set did not settle")
-    if max_seeds is not None:
-        ask = {cell: min(n, max_seeds) for cell, n in ask.items()}
-    return study, runs + _extension(study, cells, ask)
+    study, runs, _ = _replay(name, scale, out, max_seeds=max_seeds)
+    return study, runs
 
 
 def open_claims(name: str, scale: str, out: Path) -> list[str]:
     """The comparisons a sequential plan has not decided yet, read from the store (what
     `run --until-decided` leaves open at its --max-seeds)."""
+    _, _, table = _replay(name, scale, out)
+    return [line["name"] for line in (table or {}).get("staged", []) if line["outcome"] == "open"]
+
+
+def study_table(name: str, scale: str, out: Path) -> tuple[list[Run], dict]:
+    """(the runs the plan asks for, the report's table of them, with the cost of those not yet
+    made in its notes): what `report`, `compare` and the README read. `name` may be a .yaml
+    path, whose `name:` need not be its file's: verify.sgd's report takes the plan from it."""
     study, runs = planned_runs(name, scale, out)
-    if not (out / "study.sqlite").is_file():
-        return []
-    table = effects.effects_table(study, scale, out, keys={r.key for r in runs}, plan=study_plan(name))
-    return [line["name"] for line in table.get("staged", []) if line["outcome"] == "open"]
+    program = runs[0].program
+    plan = dict(plan=study_plan(name)) if program == DEFAULT_PROGRAM else {}
+    with reading(out / "study.sqlite"):  # a report of another format: one line naming the store
+        table = PROGRAMS[program].report_module().effects_table(
+            study, scale, out, keys={r.key for r in runs},
+            fingerprint=provenance.code_fingerprint(program), **plan)
+    cost = cost_note(name, scale, out, runs)
+    table["notes"] += [cost] if cost else []
+    return runs, table
 
 
 def cost_note(name: str, scale: str, out: Path, runs: list[Run]) -> str | None:
@@ -80,10 +72,42 @@ def cost_note(name: str, scale: str, out: Path, runs: list[Run]) -> str | None:
     for r in done:
         by_cell.setdefault(_cell_key(r["config"]), []).append(r["seconds"])
     overall = sum(r["seconds"] for r in done) / len(done)
-    seconds = sum((lambda t: sum(t) / len(t))(by_cell.get(_cell_key(r.config), [overall])) for r in missing)
+    seconds = 0.0
+    for r in missing:
+        times = by_cell.get(_cell_key(r.config))
+        seconds += sum(times) / len(times) if times else overall
     return (f"the sequential plan asks for {len(missing)} runs not yet made (the next looks of its open "
             f"claims): about {seconds / 3600:.1f} core-hours at this store's run times "
             f"(python -m verify.study run {Path(name).stem} --scale {scale} --until-decided)")
+
+
+def _replay(name: str, scale: str, out: Path, *, max_seeds: int | None = None
+            ) -> tuple[str, list[Run], dict | None]:
+    """(the study's name, the runs its plan asks for, the effects table of those stored, read at
+    the fixed point; None without a plan or a store). The plan is replayed on the stored runs:
+    every stored seed it could ask for, then what its verdicts ask for, until the set settles."""
+    study, runs = expand(name, scale)
+    plan = study_plan(name)
+    if plan.looks is None or not (out / "study.sqlite").is_file():
+        return study, runs, None
+    cells = _cells(runs)
+    with RunStore(out / "study.sqlite", readonly=True) as store:
+        stored = set(store.statuses())
+    ask = {cell: plan.looks[-1] for cell in cells}
+    keys = table = None
+    for _ in range(_FIXED_POINT_ROUNDS):
+        extension = _extension(study, cells, ask)
+        new = {r.key for r in runs} | {r.key for r in extension if r.key in stored}
+        if new == keys:  # the table was built from exactly these keys
+            break
+        keys = new
+        table = effects.effects_table(study, scale, out, keys=keys, plan=plan)
+        ask = _asked(cells, table.get("staged", []))
+    else:
+        raise AssertionError("the sequential plan's run set did not settle")
+    if max_seeds is not None:
+        ask = {cell: min(n, max_seeds) for cell, n in ask.items()}
+    return study, runs + _extension(study, cells, ask), table
 
 
 class _Cell:

@@ -23,7 +23,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from verify.studies import budget, grids, provenance, staged
+from verify.studies import budget, grids, staged
 from verify.studies.effects import _cell, key_cell
 from verify.studies.status import store_counts
 from verify.studies.store import RunStore
@@ -53,15 +53,11 @@ def generate(name: str) -> str:
     if name not in grids.study_names():
         raise ValueError(f"README block {name!r}: not a study, nor `budget`")
     store = grids.PACKAGED_RESULTS_DIR / name / SCALE
-    _, runs = staged.planned_runs(name, SCALE, store)
-    program = runs[0].program
     if not (store / "study.sqlite").is_file():
         return f"*No committed {SCALE}-scale store for `{name}` yet.*\n"
+    runs, table = staged.study_table(name, SCALE, store)
+    program = runs[0].program
     report = grids.PROGRAMS[program].report_module()
-    table = report.effects_table(name, SCALE, store, keys={r.key for r in runs},
-                                 fingerprint=provenance.code_fingerprint(program))
-    cost = staged.cost_note(name, SCALE, store, runs)
-    table["notes"] += [cost] if cost else []
     head = _head(name, store, {r.key for r in runs}, table)
     if hasattr(report, "format_compact"):  # a report with a README block of its own
         return head + report.format_compact(table) + "\n"
