@@ -68,6 +68,19 @@ def test_a_training_off_a_terminal_prints_its_steps_and_a_rerun_says_where_it_re
     assert silent.returncode == 0 and silent.stderr == "", silent.stderr
 
 
+def test_an_image_training_off_a_terminal_prints_its_steps_and_its_generation(tmp_path):
+    tiny = ["--preset", "tiny", "--steps", "3", "--batch", "4", "--eval-prompts", "3", "--n-seeds", "2",
+            "--sample-steps", "2", "--threads", "1"]
+    proc = run(["verify.images", "train", *tiny, "--out", str(tmp_path / "run")])
+    assert proc.returncode == 0, proc.stderr
+    steps = re.findall(r"train: step (\d) of 3, \d+:\d\d elapsed, ETA", proc.stderr)
+    assert steps and steps[-1] == "3", proc.stderr
+    images = re.findall(r"generate: image (\d+) of (\d+), \d+:\d\d elapsed, ETA", proc.stderr)
+    assert images and images[-1][0] == images[-1][1], proc.stderr
+    quiet = run(["verify.images", "train", *tiny, "--no-progress", "--out", str(tmp_path / "quiet")])
+    assert quiet.returncode == 0 and "step" not in quiet.stderr and "image" not in quiet.stderr, quiet.stderr
+
+
 def test_a_study_off_a_terminal_prints_its_runs(tmp_path):
     proc = run([*SMOKE_STUDY, "--out", str(tmp_path)])
     assert proc.returncode == 0, proc.stderr

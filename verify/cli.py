@@ -645,6 +645,25 @@ def heartbeat(total: int, what: str, enabled: bool | None = None, *, unit: str =
     return Heartbeat(total, what, unit, start=start, every=heartbeat_seconds() if on else None, tick=tick)
 
 
+@contextlib.contextmanager
+def counting(total: int, what: str, enabled: bool | None = None, *, unit: str = "step"
+             ) -> Iterator[Callable[[int], None]]:
+    """A tqdm bar where stderr is a terminal and a heartbeat where it is not, fed as one: the
+    context gives `count(k)`, which takes the count done so far. For loops that report through
+    a callback (the image training's steps, its generation's images)."""
+    bar, beat = progress(total, what, enabled, unit=unit), heartbeat(total, what, enabled, unit=unit)
+
+    def count(k: int) -> None:
+        bar.update(k - bar.n)
+        beat.update(k)
+
+    try:
+        yield count
+    finally:
+        bar.close()
+        beat.close()
+
+
 def note(line: str, enabled: bool | None = None) -> None:
     """One line of news on stderr (a resumed run), unless progress is off (False)."""
     if enabled is not False:

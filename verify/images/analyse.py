@@ -313,11 +313,11 @@ def generate(pipe, fam, rows, settings: Settings, progress=None):
     from verify.images.activations import Recorder
 
     with Recorder(pipe, patterns=settings.layers, rows=settings.rows) as recorder, \
-            cli.progress(len(rows) * settings.n_seeds, "generate", progress) as bar:
+            cli.counting(len(rows) * settings.n_seeds, "generate", progress, unit="image") as count:
         generation = pipeline.generate_family(
             pipe, fam, rows, n_seeds=settings.n_seeds, base_seed=settings.base_seed, steps=settings.steps,
             guidance=settings.guidance, recorder=recorder, fractions=settings.fractions,
-            batch_size=settings.batch, progress=lambda done: bar.update(done - bar.n))
+            batch_size=settings.batch, progress=count)
         return generation, recorder.layers + recorder.text_layers, recorder.rows
 
 

@@ -230,11 +230,11 @@ def _train(args, pipe, scene, combos, train_rows, progress, tracker=None) -> dic
     from constructions.tasks import images as scenes
     from verify.images import denoiser
 
-    with cli.progress(args.steps, "train", progress) as bar:
+    with cli.counting(args.steps, "train", progress) as count:  # a heartbeat off a terminal
         return denoiser.train(pipe, scenes.render(scene, combos[train_rows]),
                               scenes.prompts(scene, combos[train_rows]), steps=args.steps, batch=args.batch,
                               lr=args.lr, weight_decay=args.weight_decay, p_uncond=args.p_uncond,
-                              seed=args.seed, device=args.runtime.device, progress=lambda s: bar.update(1),
+                              seed=args.seed, device=args.runtime.device, progress=count,
                               tracker=tracker)
 
 
