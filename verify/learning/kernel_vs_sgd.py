@@ -262,26 +262,26 @@ def command_line(run: KernelRun) -> list[str]:
 
 # ----------------------------------------------------------------------------- one run
 
-def _family_and_split(args):
+def _family_and_split(run: KernelRun):
     from verify.learning.sgd_program import split_of
 
-    family = HyperteacherFamily.of(args.I, args.H, args.O, args.M, args.K, args.weights, args.encoding,
-                                   args.seed)
-    return family, split_of(args)
+    family = HyperteacherFamily.of(run.I, run.H, run.O, run.M, run.K, run.weights, run.encoding,
+                                   run.seed)
+    return family, split_of(run)
 
 
-def _sides(args, family, split) -> dict:
-    extra = list(range(args.K + 1, min(args.K + args.extra_modules, args.M) + 1))
-    return family.eval_sides(split, extra, args.eval_tasks, args.eval_samples, args.seed)
+def _sides(run: KernelRun, family, split) -> dict:
+    extra = list(range(run.K + 1, min(run.K + run.extra_modules, run.M) + 1))
+    return family.eval_sides(split, extra, run.eval_tasks, run.eval_samples, run.seed)
 
 
-def _kernel_config(args, samples_per_task: int):
+def _kernel_config(run: KernelRun, samples_per_task: int):
     from verify.learning.kernel_limit import KernelConfig
 
     # The NNGP reads no parametrization (its run sets none): KernelConfig takes the default's.
-    parametrization = args.parametrization or METHOD_DEFAULTS["parametrization"]
-    return KernelConfig(kernel=args.method, depth=args.depth, parametrization=parametrization,
-                        tasks=args.tasks, samples_per_task=samples_per_task, jitter=args.jitter)
+    parametrization = run.parametrization or METHOD_DEFAULTS["parametrization"]
+    return KernelConfig(kernel=run.method, depth=run.depth, parametrization=parametrization,
+                        tasks=run.tasks, samples_per_task=samples_per_task, jitter=run.jitter)
 
 
 def _held_out_r2(family, predictor, sides) -> float:
@@ -291,17 +291,17 @@ def _held_out_r2(family, predictor, sides) -> float:
     return compositional_r2_paper(predict(predictor, samples, family.encode), samples)
 
 
-def fit_kernel(args, family, split, sides, progress) -> tuple[object, dict]:
+def fit_kernel(run: KernelRun, family, split, sides, progress) -> tuple[object, dict]:
     """The kernel limit's predictor, and what its fit (or ladder of fits) recorded."""
     from verify.learning.kernel_limit import fit, training_rows
 
-    ladder = [1 << i for i in range(int(math.log2(args.samples_per_task)) + 1)] if args.ladder else []
-    ladder = [p for p in ladder if p < args.samples_per_task] + [args.samples_per_task]
+    ladder = [1 << i for i in range(int(math.log2(run.samples_per_task)) + 1)] if run.ladder else []
+    ladder = [p for p in ladder if p < run.samples_per_task] + [run.samples_per_task]
     steps, previous = [], None
     for P in ladder:
-        cfg = _kernel_config(args, P)
-        with cli.phase(f"{args.method} limit: {cfg.rows:,} rows", progress):
-            x, y = training_rows(family, split.train, cfg, args.seed)
+        cfg = _kernel_config(run, P)
+        with cli.phase(f"{run.method} limit: {cfg.rows:,} rows", progress):
+            x, y = training_rows(family, split.train, cfg, run.seed)
             result = fit(cfg, x, y)
             r2 = _held_out_r2(family, result.predictor, sides)
         steps.append(dict(samples_per_task=P, rows=cfg.rows, held_out_r2=r2, **result.summary()))
@@ -309,88 +309,89 @@ def fit_kernel(args, family, split, sides, progress) -> tuple[object, dict]:
             break
         previous = r2
     settled = len(steps) > 1 and abs(steps[-1]["held_out_r2"] - steps[-2]["held_out_r2"]) < LADDER_TOLERANCE
-    return result.predictor, dict(fit=steps[-1], ladder=steps if args.ladder else None,
-                                  ladder_settled=settled if args.ladder else None)
+    return result.predictor, dict(fit=steps[-1], ladder=steps if run.ladder else None,
+                                  ladder_settled=settled if run.ladder else None)
 
 
-def _student(args, family):
+def _student(run: KernelRun, family):
     import torch
 
     from verify.learning.train import mlp
 
-    torch.manual_seed(args.seed)  # as verify.sgd's students start
-    return mlp(family.E + family.I, [args.width] * args.depth, family.O, "lecun_normal")
+    torch.manual_seed(run.seed)  # as verify.sgd's students start
+    return mlp(family.E + family.I, [run.width] * run.depth, family.O, "lecun_normal")
 
 
-def _train_config(args):
+def _train_config(run: KernelRun):
     from verify.learning.train import TrainConfig
 
-    return TrainConfig(steps=args.steps, tasks_per_batch=args.tasks_per_batch,
-                       samples_per_task=args.samples_per_task, lr=args.lr, weight_decay=args.weight_decay,
-                       seed=args.seed, device=args.runtime.device)
+    return TrainConfig(steps=run.steps, tasks_per_batch=run.tasks_per_batch,
+                       samples_per_task=run.samples_per_task, lr=run.lr, weight_decay=run.weight_decay,
+                       seed=run.seed, device=run.runtime.device)
 
 
-def train_network(args, family, split, sides, progress, stop_after=None) -> tuple[object, dict]:
+def train_network(run: KernelRun, family, split, sides, progress, stop_after=None) -> tuple[object, dict]:
     """The linearised or the trained student after training, and its training record (and,
     trained, its NTK's movement on probe rows from the held-out tasks)."""
     from verify.learning.linearised import Linearised, kernel_movement
     from verify.learning.train import train_student
 
-    student = _student(args, family)
+    student = _student(run, family)
     init = copy.deepcopy(student).double()
-    net = Linearised(student) if args.method == "linearised" else student
-    result = train_student(family, split.train, net, _train_config(args), progress=progress,
-                           threads=args.runtime.threads, name=f"{args.method} {args.depth}×{args.width}",
-                           widths=[args.width] * args.depth, stop_after=stop_after,
+    net = Linearised(student) if run.method == "linearised" else student
+    result = train_student(family, split.train, net, _train_config(run), progress=progress,
+                           threads=run.runtime.threads, name=f"{run.method} {run.depth}×{run.width}",
+                           widths=[run.width] * run.depth, stop_after=stop_after,
                            log_every=1 if stop_after else None)
     record = dict(losses=result.losses, train_seconds=result.seconds, final_loss=result.losses[-1][1])
-    if args.method == "trained" and stop_after is None:
+    if run.method == "trained" and stop_after is None:
         with cli.phase("the NTK's movement", progress):
-            record["kernel_movement"] = kernel_movement(init, result.net, probe_rows(args, family, sides))
+            record["kernel_movement"] = kernel_movement(init, result.net, probe_rows(run, family, sides))
     return result.net, record
 
 
-def probe_rows(args, family, sides):
+def probe_rows(run: KernelRun, family, sides):
     """The first --probe-rows rows [e(z), x] of the held-out side, float64."""
     from verify.learning.kernel_limit import student_rows
 
-    return student_rows(family.encode, sides["held_out"][1])[:args.probe_rows]
+    return student_rows(family.encode, sides["held_out"][1])[:run.probe_rows]
 
 
-def run(args) -> dict:
+def run(kernel_run: KernelRun) -> dict:
     """One run: the family, split and scoring sides; the method's predictor; its scores."""
     from verify.learning.records import as_dicts
     from verify.learning.sgd_program import threads_of_run
 
-    progress = False if args.runtime.no_progress else None
+    progress = False if kernel_run.runtime.no_progress else None
     start = time.perf_counter()
-    with threads_of_run(args.runtime.threads, 0):
-        family, split = _family_and_split(args)
-        sides = _sides(args, family, split)
-        if args.method in KERNEL_METHODS:
-            predictor, record = fit_kernel(args, family, split, sides, progress)
+    with threads_of_run(kernel_run.runtime.threads, 0):
+        family, split = _family_and_split(kernel_run)
+        sides = _sides(kernel_run, family, split)
+        if kernel_run.method in KERNEL_METHODS:
+            predictor, record = fit_kernel(kernel_run, family, split, sides, progress)
         else:
-            predictor, record = train_network(args, family, split, sides, progress)
-        with cli.phase(f"evaluate {args.method}", progress):
-            metrics, _ = family.score(args.method, predictor, sides, args.seed)
-    report = dict(program="verify.kernel", method=args.method, family=family.name, task=family.config(),
-                  encoding=args.encoding, split=split.summary(), depth=args.depth,
-                  width=args.width, record=record, metrics=as_dicts(metrics),
-                  evaluation=dict(tasks_per_side=args.eval_tasks, rows_per_task=args.eval_samples),
+            predictor, record = train_network(kernel_run, family, split, sides, progress)
+        with cli.phase(f"evaluate {kernel_run.method}", progress):
+            metrics, _ = family.score(kernel_run.method, predictor, sides, kernel_run.seed)
+    report = dict(program="verify.kernel", method=kernel_run.method, family=family.name, task=family.config(),
+                  encoding=kernel_run.encoding, split=split.summary(), depth=kernel_run.depth,
+                  width=kernel_run.width, record=record, metrics=as_dicts(metrics),
+                  evaluation=dict(tasks_per_side=kernel_run.eval_tasks,
+                                  rows_per_task=kernel_run.eval_samples),
                   seconds=time.perf_counter() - start)
-    if args.runtime.save:
-        _save(args, report, predictor)
+    if kernel_run.runtime.save:
+        _save(kernel_run, report, predictor)
     return report
 
 
-def _save(args, report: dict, predictor) -> None:
+def _save(run: KernelRun, report: dict, predictor) -> None:
     from pathlib import Path
 
     import torch
 
-    out = Path(args.runtime.save)
-    if args.method not in KERNEL_METHODS:
-        with cli.atomic_path(out / f"{args.method}.pt") as tmp:
+    out = Path(run.runtime.save)
+    if run.method not in KERNEL_METHODS:
+        with cli.atomic_path(out / f"{run.method}.pt") as tmp:
             torch.save(predictor.state_dict(), tmp)
     cli.write_text_atomic(out / "report.json", cli.to_json(report))
 
@@ -401,7 +402,7 @@ BEHAVIOUR_ROWS = 8
 BEHAVIOUR_STEPS = 4
 
 
-def behaviour(args) -> dict[str, list[float]]:
+def behaviour(run: KernelRun) -> dict[str, list[float]]:
     """The split's sizes; for a kernel limit, its kernel on the first BEHAVIOUR_ROWS training
     rows and a fit on them scored on the held-out side's first rows; for a network, its
     first BEHAVIOUR_STEPS training losses."""
@@ -410,13 +411,13 @@ def behaviour(args) -> dict[str, list[float]]:
 
     from verify.learning.kernel_limit import fit, training_rows
 
-    small = args.replace(eval_tasks=BEHAVIOUR_ROWS, runtime=KernelRuntime(no_progress=True))
+    small = run.replace(eval_tasks=BEHAVIOUR_ROWS, runtime=KernelRuntime(no_progress=True))
     family, split = _family_and_split(small)
     out = {"split": [float(len(split.train)), float(len(split.test)),
                      float(np.asarray(split.train).sum()), float(np.asarray(split.test).sum())]}
-    if args.method in KERNEL_METHODS:
+    if run.method in KERNEL_METHODS:
         cfg = _kernel_config(small, 1)
-        x, y = training_rows(family, split.train, cfg, args.seed)
+        x, y = training_rows(family, split.train, cfg, run.seed)
         x, y = x[:BEHAVIOUR_ROWS], y[:BEHAVIOUR_ROWS]
         out["kernel"] = cfg.kernel_of(x, x).flatten().tolist()
         sides = _sides(small, family, split)
