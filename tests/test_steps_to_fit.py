@@ -39,8 +39,29 @@ def test_a_run_stops_once_the_rule_held_hold_evaluations_in_a_row(monkeypatch):
     assert [p["step"] for p in r["points"]] == [10, 20] and r["first_fit_step"] == 10 and r["last_step"] == 20
 
 
+def test_a_preference_run_is_measured_by_its_own_rule_training_accuracy(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "verify.studies.steps_to_fit", "scaling-model-preference",
+                           "--scale", "smoke", "--only", "encoding=identity", "width=4", "--max-steps", "20",
+                           "--every", "10", "--json"], capture_output=True, text=True, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    (r,) = json.loads(proc.stdout)
+    assert (r["metric"], r["headline"], r["threshold"]) == ("train acc", "held-out acc_all", 0.99)
+    assert [p["step"] for p in r["points"]] == [10, 20]
+    for p in r["points"]:
+        assert 0 <= p["train_acc"] <= 1 and 0 <= p["held_out_acc_all"] <= 1
+    # its rule, read off the points: fit iff the last `hold` training accuracies reach 0.99
+    assert (r["first_fit_step"] is not None) == (r["points"][-1]["train_acc"] >= 0.99)
+    assert r["points_are_shorter_runs"] == (r["schedule"] == "constant")
+
+
+def test_first_fit_reads_the_family_s_own_metric():
+    points = [dict(step=10, train_acc=0.995, train_r2=0.5), dict(step=20, train_acc=0.999, train_r2=0.5)]
+    assert S.first_fit(points, 0.99, "acc") == 10 and S.first_fit(points, 0.99, "r2") is None
+
+
 def test_points_it_measures_nothing_of_are_refused_before_any_work(tmp_path):
-    for argv, says in ((["task-support-preference", "--scale", "smoke"], "hyperteacher MLP runs"),
+    for argv, says in ((["scaling-law-preference", "--scale", "smoke", "--only", "student=transformer"],
+                        "measures MLP students"),
                        (["image-composition"], "measures verify.sgd studies"),
                        ([*ARGS, "--every", "50", "--max-steps", "20"], "--every must be at most")):
         proc = subprocess.run([sys.executable, "-m", "verify.studies.steps_to_fit", *argv],

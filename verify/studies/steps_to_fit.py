@@ -8,14 +8,15 @@ but `--max-steps` steps, and every `--every` steps scores the network on the run
 in-distribution evaluation tasks (the first `--tasks` of them; the paper's R², as verify.sgd
 scores them), and on its held-out tasks. A run stops once the family's convergence rule has
 held at `--hold` evaluations in a row (the hyperteacher: training R² ≥ 0.99), and the step
-at which it first held is reported. With the constant learning rate of the cpu scales, a
-run of S steps is the first S steps of this one (the same stream of tasks), so one run gives
+at which it first held is reported (the preference grid's rule: training accuracy ≥ 0.99, on
+the run's whole evaluation sets). With the constant learning rate of the cpu scales, a run of S
+steps is the first S steps of this one (the same stream of tasks), so one run gives
 every shorter run's fit.
 
 Its output (`--json`, or a table) is what a study file's steps rest on; it states the study,
 scale, seed and settings that made it. Cost: one training run a grid point, at most
 --max-steps steps each (scaling-model's cpu grid at 60,000: about 2 h on one core).
-Hyperteacher studies of verify.sgd only (MLP students).
+Studies of verify.sgd with MLP students, of either family.
 """
 
 from __future__ import annotations
@@ -43,39 +44,54 @@ def _score(net, samples, encode, tasks: int) -> float:
     return compositional_r2_paper(predict(f, part, encode), part)
 
 
+def _scorer(family, net, sides, tasks: int, seed: int):
+    """score(side, metric): the network now, scored on that side. The hyperteacher's R² on the
+    side's first `tasks` tasks (its full score also searches sup errors: too dear to repeat);
+    another family's metric from its own score, on the whole side."""
+    if family.name == "hyperteacher":
+        return lambda side, metric: _score(net, sides[side][1], family.encode, tasks)
+
+    def score(side: str, metric: str) -> float:
+        f = copy.deepcopy(net).double().eval()
+        metrics, _ = family.score("curve", f, {side: sides[side]}, seed)
+        return next(m.value for m in metrics if m.metric == metric)
+    return score
+
+
 class _Curve:
     """The training loop's tracker (verify.learning.tracking's interface): at every
-    `every`-th step it scores the network on both sides and stops the run once training R²
-    has been ≥ the threshold `hold` evaluations in a row."""
+    `every`-th step it scores the network on both sides (the family's convergence metric on
+    the training side, its headline held out) and stops the run once the convergence rule has
+    held `hold` evaluations in a row."""
 
-    def __init__(self, net, sides, encode, every: int, tasks: int, threshold: float, hold: int):
-        self.net, self.sides, self.encode = net, sides, encode
-        self.every, self.tasks, self.threshold, self.hold = every, tasks, threshold, hold
+    def __init__(self, score, convergence: tuple[str, float], headline: str, every: int, hold: int):
+        self.score, self.every, self.hold = score, every, hold
+        (self.metric, self.threshold), self.headline = convergence, headline
         self.points: list[dict] = []
         self.start = time.perf_counter()
 
     def log(self, step: int, metrics: dict) -> None:
         if step % self.every:
             return
-        point = dict(step=step, train_r2=_score(self.net, self.sides["train"][1], self.encode, self.tasks),
-                     held_out_r2=_score(self.net, self.sides["held_out"][1], self.encode, self.tasks),
-                     loss=metrics.get("train/loss"), seconds=time.perf_counter() - self.start)
+        point = {"step": step, f"train_{self.metric}": self.score("train", self.metric),
+                 f"held_out_{self.headline}": self.score("held_out", self.headline),
+                 "loss": metrics.get("train/loss"), "seconds": time.perf_counter() - self.start}
         self.points.append(point)
         print(json.dumps(point), file=sys.stderr, flush=True)
         recent = self.points[-self.hold:]
-        if len(recent) == self.hold and all(p["train_r2"] >= self.threshold for p in recent):
+        if len(recent) == self.hold and all(p[f"train_{self.metric}"] >= self.threshold for p in recent):
             raise _Fitted
 
     def close(self) -> None:
         pass
 
 
-def first_fit(points: list[dict], threshold: float) -> int | None:
-    """The first evaluated step from which training R² stayed ≥ threshold to the end (None if
-    the last evaluation is below it)."""
+def first_fit(points: list[dict], threshold: float, metric: str = "r2") -> int | None:
+    """The first evaluated step from which the training metric stayed ≥ threshold to the end
+    (None if the last evaluation is below it)."""
     step = None
     for p in points:
-        if p["train_r2"] >= threshold:
+        if p[f"train_{metric}"] >= threshold:
             step = p["step"] if step is None else step
         else:
             step = None
@@ -89,9 +105,8 @@ def run_of(params: dict, max_steps: int):
     from verify.learning.run_config import Runtime
 
     run = sgd_program.config_of({**params, "steps": max_steps})
-    if run.family != "hyperteacher" or run.student != "mlp":
-        raise UsageError(f"steps_to_fit measures hyperteacher MLP runs; a grid point here is {run.family}, "
-                         f"{run.student}")
+    if run.student != "mlp":
+        raise UsageError(f"steps_to_fit measures MLP students; a grid point here trains a {run.student}")
     return run.replace(runtime=Runtime(threads=1, no_progress=True, seeds=(run.seed,)))
 
 
@@ -102,26 +117,30 @@ def measure(run, every: int, tasks: int, hold: int) -> dict:
     from verify.learning.families import FAMILIES
     from verify.learning.train import train_student
 
-    metric, threshold = FAMILIES[run.family].convergence
+    family = FAMILIES[run.family]
+    (metric, threshold), headline = family.convergence, family.headline
     prep = sgd_program.prepare(run, progress=False)
     [(shape, (net, widths))] = prep.students.items()
-    curve = _Curve(net, prep.sides, prep.family.encode, every, tasks, threshold, hold)
+    curve = _Curve(_scorer(prep.family, net, prep.sides, tasks, run.seed), family.convergence, headline,
+                   every, hold)
     start = time.perf_counter()
     try:
         train_student(prep.family, prep.split.train, net, prep.train, progress=False, threads=1,
                       widths=widths, log_every=every, speed=prep.speed, tracker=curve)
     except _Fitted:
         pass
-    return dict(widths=widths,
-                threshold=threshold, metric=f"train {metric}",
-                first_fit_step=first_fit(curve.points, threshold),
+    # Under a decaying schedule the learning rate at step s depends on the run's length: only
+    # the last point is a run of that length, the earlier ones are not shorter runs' fits.
+    return dict(widths=widths, schedule=run.schedule, points_are_shorter_runs=run.schedule == "constant",
+                threshold=threshold, metric=f"train {metric}", headline=f"held-out {headline}",
+                first_fit_step=first_fit(curve.points, threshold, metric),
                 last_step=curve.points[-1]["step"] if curve.points else 0,
                 seconds=time.perf_counter() - start, points=curve.points)
 
 
 def build_parser() -> cli.Parser:
     p = cli.Parser("python -m verify.studies.steps_to_fit", __doc__)
-    p.add_argument("study", help="a verify.sgd hyperteacher study (verify/studies/NAME.yaml)")
+    p.add_argument("study", help="a verify.sgd study of MLP students (verify/studies/NAME.yaml)")
     p.add_argument("--scale", default="cpu", choices=("paper", "cpu", "smoke"),
                    help="the study's scale (default cpu)")
     p.add_argument("--seed", type=int, default=1, help="the one seed each grid point runs (default 1)")
@@ -185,9 +204,11 @@ def work(ns: argparse.Namespace) -> int:
     else:
         for r in results:
             last = r["points"][-1] if r["points"] else {}
-            train, held = last.get("train_r2", float("nan")), last.get("held_out_r2", float("nan"))
-            print(f"{r['params']}: fits at {r['first_fit_step']} steps; at {r['last_step']}: train R² "
-                  f"{train:.4f}, held-out {held:.4f} ({r['seconds']:.0f} s)")
+            train, held = (v for k, v in last.items() if k.startswith(("train_", "held_out_")))
+            print(f"{r['params']}: fits at {r['first_fit_step']} steps; at {r['last_step']}: {r['metric']} "
+                  f"{train:.4f}, {r['headline']} {held:.4f} ({r['seconds']:.0f} s)"
+                  + ("" if r["points_are_shorter_runs"] else
+                     f"; {r['schedule']} schedule: the earlier points are not shorter runs' fits"))
     return 0
 
 
