@@ -17,8 +17,11 @@ report: lower ≤ sup ≤ instance bound ≤ certificate ≤ ε.
 
 Budgets (`--bound-seconds S`, default 30): S for the branch and bound over Z_K, and again for
 gamma_bound's pass over the largest level tasks. The first pass (task_bound on every level
-task) is not budgeted: 110 s for the default's 1,089,408 tasks on an idle machine. Every end is
-sound whenever it stops; a budget only loosens it (tests/test_budgeted_bounds.py). Each upper
+task) is not budgeted: 110 s for the default's 1,089,408 tasks on an idle machine. In place of
+seconds, a call can give a budget of work that reads no clock, so that its answer is the same on
+every machine: zk_bound's `rounds` (rounds of splitting) and levels_bound's `tasks` (γ
+refinements); figure 3 uses them. Every end is sound whenever it stops; a budget only loosens
+it (tests/test_budgeted_bounds.py). Each upper
 end adds theory.instance.rounding_margin (JSON `fp_margin`, `rests_on`): on the default
 instance (--M 32 --eps 1e-3) it is 8.0e-15, 2.1e-11 of the upper end over the tasks
 (3.716e-4), far below the digits printed; tests/test_rigorous_ends.py evaluates task_bound in
