@@ -2,7 +2,9 @@
 @given test, once per parametrized case) and the examples each one draws under the loaded
 profile (tests/conftest.py: `ci` by default, `thorough` with HYPOTHESIS_PROFILE=thorough).
 
-    HYPOTHESIS_PROFILE=thorough python -m tests.census     # the README's table, one profile
+    python -m tests.census                                 # the README's table, `ci` column
+    HYPOTHESIS_PROFILE=thorough python -m tests.census     # its `thorough` column
+    python -m tests.census --json                          # the same, as one JSON document
 
 Read off the test functions' own hypothesis settings, so a test that lowers its examples
 (many do: they are slow) is counted at what it runs, not at the profile's default.
@@ -17,6 +19,7 @@ from pathlib import Path
 from hypothesis import settings
 
 import tests.conftest  # noqa: F401  (loads the profile, as pytest does before the test modules)
+from verify import cli
 
 TESTS = Path(__file__).resolve().parent
 
@@ -50,13 +53,47 @@ def describe(groups: list[tuple[int, int]]) -> str:
     return ", ".join(f"{n} × {e}" for n, e in groups)
 
 
-def main() -> None:
+def parse_args(argv: list[str] | None = None):
+    p = cli.Parser(
+        "python -m tests.census",
+        description=(
+            "Print what the hypothesis property tests run under the loaded profile: a first line\n"
+            "with the profile's default examples per property and the examples in all, then one\n"
+            "line per test file: its properties × examples each, grouped by examples (a test that\n"
+            "lowers its own is counted at what it runs). The profile is tests/conftest.py's: `ci`\n"
+            "by default, HYPOTHESIS_PROFILE=thorough for the README table's other column. It\n"
+            "imports every test module and runs no test."
+        ),
+    )
+    cli.add_json(p, "the census (profile, total, and per file [properties, examples] pairs)")
+    return p.parse_args(argv)
+
+
+def report() -> dict:
     rows = census()
     total = sum(n * e for groups in rows.values() for n, e in groups)
-    print(f"profile {settings.default.max_examples} examples by default; {total:,} examples in all")
-    for name, groups in rows.items():
-        print(f"{name}: {describe(groups)}")
+    return dict(
+        profile=settings.get_current_profile_name(),
+        default_examples=settings.default.max_examples,
+        total_examples=total,
+        files={name: [list(g) for g in groups] for name, groups in rows.items()},
+    )
+
+
+def text(r: dict) -> str:
+    lines = [f"profile {r['default_examples']} examples by default; {r['total_examples']:,} examples in all"]
+    lines += [f"{name}: {describe(groups)}" for name, groups in r["files"].items()]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    def work(args) -> int:
+        r = report()
+        cli.emit(cli.to_json(r) if args.json else text(r))
+        return cli.EXIT_OK
+
+    return cli.main_of("python -m tests.census", parse_args, work, argv)
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

@@ -12,8 +12,10 @@ a fenced block (GitHub shows none) says what the block is:
         a bash block: one MODE for each `python -m` command in it, in order;
     <!-- output: SOURCE | rel R [| abs A] [| integers rel] [| test MODE] -->
     <!-- output: SOURCE | timings [| test MODE] -->
-        an output block: what SOURCE prints, its numbers within R of the block's (relative) or
-        within A (absolute), or none compared (`timings`: every number is a measured speed);
+        an output block (a fenced block, or the Markdown table on the lines right below the
+        marker, whose rows are the block's lines): what SOURCE prints, its numbers within R
+        of the block's (relative) or within A (absolute), or none compared (`timings`: every
+        number is a measured speed);
         SOURCE is a command (`python -m ...`), `$` (the block's own
         `$ python -m ...` lines, each followed by what it prints) or `python above` (what the
         Python block above it prints). `test MODE` (default run) is how the test runs it.
@@ -55,6 +57,7 @@ ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 
 FENCE = re.compile(r"^```(\w*)\s*$")
+TABLE = "table"  # the `lang` of a Markdown table under an output marker (not a fenced block)
 MARKER = re.compile(r"^<!--\s*(commands|output):(.*?)-->\s*$")
 MODES = ("run", "parse", "help")
 LEFT_OUT = "..."
@@ -89,6 +92,15 @@ def blocks(text: str) -> list[Block]:
     while i < len(lines):
         m = FENCE.match(lines[i])
         if not m:
+            marker = MARKER.match(lines[i])
+            if marker and marker[1] == "output" and i + 1 < len(lines) and lines[i + 1].startswith("|"):
+                # An output marker above a Markdown table: the table's rows are the block.
+                j = i + 1
+                while j < len(lines) and lines[j].startswith("|"):
+                    j += 1
+                out.append(Block(TABLE, lines[i + 1:j], i + 1, marker[1], marker[2].strip(), last_python))
+                i = j
+                continue
             i += 1
             continue
         j = i + 1

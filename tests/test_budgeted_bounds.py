@@ -15,8 +15,9 @@ import theory.instance as ti
 import verify.theorem.instance as vi
 from constructions.shallow import build_shallow
 from constructions.tasks.hyperteacher import HyperteacherConfig, sample_hyperteacher
+from tests.strategies import FAST
 from tests.test_instance_bound import exhaustive_zk_sup
-from verify.theorem.measure import pointwise_error
+from verify.theorem.measure import measure_sup_error, pointwise_error
 
 
 def instance(seed: int, I=1, H=3, O=2, M=3, K=2, weights="khot", eps=1e-2):
@@ -251,7 +252,7 @@ def test_zk_bound_with_no_time_is_the_largest_unit_box_bound():
     margin = ti.rounding_margin(teacher.W, teacher.A, K, C, N)
     assert zk.bound == pytest.approx(best + margin, rel=1e-15, abs=0.0) and zk.bound >= best + margin
     assert zk.task_set == "Z_K" and zk.pieces == len(supports) and np.array_equal(zk.z, where)
-    assert zk.settings == dict(seconds=0.0, grid=16, split_batch=2) and zk.fp_margin == margin
+    assert zk.settings == dict(seconds=0.0, rounds=None, grid=16, split_batch=2) and zk.fp_margin == margin
     assert 0 <= zk.seconds < 60 and zk.resolution >= 1.0
 
 
@@ -283,3 +284,93 @@ def test_levels_bound_covers_every_tuple_of_several_levels():
     lv = vi.levels_bound(net, teacher, seconds=20.0, progress=False)
     assert lv.pieces == len(z)
     assert max(brute_gamma(teacher, net, row) for row in z) <= lv.bound
+
+
+# ─── work budgets: rounds (zk_bound) and tasks (levels_bound) ────────────────────────────────
+# Figure 3 bounds each point with a fixed amount of work, so that its data are the same on every
+# machine. These hold that budget to what it says: it stops at the count asked for (a clock that
+# would have stopped it elsewhere is not read), the answer stays above an error the network
+# really has, and a second call returns the same bytes.
+
+
+class NoClockInLoop(Clock):
+    """A perf_counter that would end a time-budgeted loop at once (each call moves it an hour)."""
+
+    def perf_counter(self):
+        self.t += 3600.0
+        return self.t
+
+
+def boxes_after(supports: int, rounds: int, split_batch: int) -> int:
+    """zk_bound's `pieces` after `rounds` rounds: each halves min(split_batch, boxes) boxes."""
+    boxes = pieces = supports
+    for _ in range(rounds):
+        split = min(split_batch, boxes)
+        boxes, pieces = boxes + split, pieces + 2 * split
+    return pieces
+
+
+@pytest.mark.parametrize("rounds", [0, 1, 3, 6])
+def test_zk_bound_with_rounds_stops_where_it_says_and_stays_above_the_measured_error(monkeypatch, rounds):
+    teacher, net = instance(0, H=2, O=1, M=2, K=2, weights="continuous")
+    monkeypatch.setattr(vi, "time", NoClockInLoop())
+    zk = vi.zk_bound(net, teacher, seconds=0.0, rounds=rounds, split_batch=2, grid=64, progress=False)
+    again = vi.zk_bound(net, teacher, seconds=1e9, rounds=rounds, split_batch=2, grid=64, progress=False)
+    monkeypatch.undo()
+    assert zk.pieces == boxes_after(1, rounds, 2) and zk.settings["rounds"] == rounds
+    # The same work whatever the clock says: the same answer, to the last bit.
+    assert (zk.bound, zk.pieces, zk.resolution) == (again.bound, again.pieces, again.resolution)
+    assert np.array_equal(zk.z, again.z)
+    floor = net.rounding_floor()
+    measured = measure_sup_error(net, teacher, progress=False, **FAST).sup_error
+    assert 0 < measured <= zk.bound + floor
+    assert exhaustive_zk_sup(net, teacher, n_w=41, n_x=501) <= zk.bound + floor
+
+
+def test_zk_bound_with_rounds_counts_rounds_of_split_batch_boxes():
+    """Three supports of size 2, split_batch 8: the first rounds split every box, then 8 a round;
+    more rounds never raise the bound."""
+    teacher, net = instance(1, I=2, H=3, O=2, M=3, K=2, weights="continuous", eps=3e-2)
+    bounds = []
+    for rounds in [0, 1, 2, 5]:
+        zk = vi.zk_bound(net, teacher, rounds=rounds, grid=64, split_batch=8, progress=False)
+        assert zk.pieces == boxes_after(3, rounds, 8)
+        bounds.append(zk.bound)
+    assert all(b1 <= b0 * (1 + 1e-12) for b0, b1 in itertools.pairwise(bounds))
+
+
+@pytest.mark.parametrize("tasks", [0, 1, 2, 3, 10_000])
+def test_levels_bound_with_tasks_stops_where_it_says_and_stays_above_brute_force(monkeypatch, tasks):
+    """With `tasks` the γ pass refines that many tasks at most, whatever the clock says.
+    Seeds 2, 3 and 9 of this family have their worst task 2nd, 2nd and 3rd in task_bound's
+    order (see above): a budget of 1 or 2 tasks must still count it through its task_bound."""
+    for seed in [0, 2, 3, 9]:
+        teacher, net = instance(seed, I=3, H=2, M=3, K=2)
+        z = level_z(teacher)
+        per_task = np.array([brute_gamma(teacher, net, row) for row in z])
+        monkeypatch.setattr(vi, "time", NoClockInLoop())
+        lv = vi.levels_bound(net, teacher, seconds=0.0, tasks=tasks, progress=False)
+        again = vi.levels_bound(net, teacher, seconds=1e9, tasks=tasks, progress=False)
+        monkeypatch.undo()
+        exact = vi.levels_bound(net, teacher, seconds=60.0, progress=False)
+        refined = lv.settings["refined"]
+        # It stops at the budget, or earlier where the rest cannot exceed what it has.
+        assert refined == min(tasks, exact.settings["refined"]) and lv.settings["tasks"] == tasks
+        assert lv.settings["refined_exact"] == (refined == exact.settings["refined"])
+        assert (lv.bound, refined) == (again.bound, again.settings["refined"])
+        assert np.array_equal(lv.top_z, again.top_z)
+        assert per_task.max() <= lv.bound
+        # An error the network has on the family's tasks (the measurer, weights kept at levels).
+        measured = measure_sup_error(net, teacher, progress=False, refine_z=False, **FAST).sup_error
+        assert 0 < measured <= lv.bound + net.rounding_floor()
+        if tasks >= exact.settings["refined"]:
+            assert lv.bound == exact.bound
+
+
+def test_work_budgets_below_zero_are_refused():
+    teacher, net = instance(0, weights="continuous")
+    with pytest.raises(ValueError, match="^rounds must be >= 0, got -1$"):
+        vi.zk_bound(net, teacher, rounds=-1, progress=False)
+    teacher, net = instance(0)
+    with pytest.raises(ValueError, match="^tasks must be >= 0, got -1$"):
+        vi.levels_bound(net, teacher, tasks=-1, progress=False)

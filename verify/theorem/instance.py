@@ -17,8 +17,11 @@ report: lower ≤ sup ≤ instance bound ≤ certificate ≤ ε.
 
 Budgets (`--bound-seconds S`, default 30): S for the branch and bound over Z_K, and again for
 gamma_bound's pass over the largest level tasks. The first pass (task_bound on every level
-task) is not budgeted: 110 s for the default's 1,089,408 tasks on an idle machine. Every end is
-sound whenever it stops; a budget only loosens it (tests/test_budgeted_bounds.py). Each upper
+task) is not budgeted: 110 s for the default's 1,089,408 tasks on an idle machine. In place of
+seconds, a call can give a budget of work that reads no clock, so that its answer is the same on
+every machine: zk_bound's `rounds` (rounds of splitting) and levels_bound's `tasks` (γ
+refinements); figure 3 uses them. Every end is sound whenever it stops; a budget only loosens
+it (tests/test_budgeted_bounds.py). Each upper
 end adds theory.instance.rounding_margin (JSON `fp_margin`, `rests_on`): on the default
 instance (--M 32 --eps 1e-3) it is 8.0e-15, 2.1e-11 of the upper end over the tasks
 (3.716e-4), far below the digits printed; tests/test_rigorous_ends.py evaluates task_bound in
@@ -141,16 +144,20 @@ def _level_z(supports: np.ndarray, tuples: list[np.ndarray], s: np.ndarray, t: n
 
 
 def levels_bound(net, teacher, seconds: float = 30.0, keep: int = 8,
-                 progress: bool | None = None) -> InstanceBound:
+                 progress: bool | None = None, tasks: int | None = None) -> InstanceBound:
     """An upper bound on the sup error over every task of the family, in two passes.
     1. task_bound of every task (vectorised).
     2. gamma_bound, which drops task_bound's loosest relaxation, on the tasks in descending
-       order of their task_bound, for about `seconds`: the answer is the largest gamma_bound
-       seen, or the task_bound of the first task not reached if that is larger. It is exact
-       (for this bound) once every task whose task_bound exceeds it has been refined.
+       order of their task_bound, for about `seconds`, or, given `tasks` (a work budget), on
+       at most that many tasks with no clock read, so that the answer depends on the inputs
+       alone: the answer is the largest gamma_bound seen, or the task_bound of the first task
+       not reached if that is larger. It is exact (for this bound) once every task whose
+       task_bound exceeds it has been refined.
     The `keep` tasks of largest bound are kept (top_z), for guided_search to aim at."""
     if teacher.weights == "continuous":
         raise ValueError("continuous weights have no finite set of levels: use zk_bound")
+    if tasks is not None and tasks < 0:
+        raise ValueError(f"tasks must be >= 0, got {tasks}")
     N, C = _phase_form_or_raise(net)
     start = time.perf_counter()
     M, K, I, H, O = teacher.M, teacher.K, teacher.I, teacher.H, teacher.O
@@ -182,7 +189,11 @@ def levels_bound(net, teacher, seconds: float = 30.0, keep: int = 8,
     exact = True
     bar = progress_bar(None, "instance bound (levels, over γ)", progress, unit="task")
     deadline = time.perf_counter() + seconds
-    while refined < len(order) and first[order[refined]] > best and time.perf_counter() < deadline:
+
+    def budget_left() -> bool:
+        return refined < tasks if tasks is not None else time.perf_counter() < deadline
+
+    while refined < len(order) and first[order[refined]] > best and budget_left():
         r = order[refined]
         z = _level_z(supports, tuples, task_s[r:r + 1], task_t[r:r + 1], M)
         kinks = kink_values(task_phases(teacher.W, K, C, N, z))
@@ -202,15 +213,20 @@ def levels_bound(net, teacher, seconds: float = 30.0, keep: int = 8,
                          seconds=time.perf_counter() - start, top_z=top_z, fp_margin=margin,
                          settings=dict(first_pass=float(first[order[0]]), first_pass_seconds=first_seconds,
                                        refined=refined, refined_exact=exact and unreached <= best,
-                                       seconds=seconds))
+                                       seconds=seconds, tasks=tasks))
 
 
 def zk_bound(net, teacher, seconds: float = 30.0, grid: int = 256, split_batch: int = 256,
-             progress: bool | None = None) -> InstanceBound:
+             progress: bool | None = None, rounds: int | None = None) -> InstanceBound:
     """An upper bound on the sup error over all of X × Z_K, by branch and bound over boxes of
     the support weights, for at most about `seconds` (the first pass over every support
-    always completes). Supports of size min(K, M) suffice: their boxes [0, 1]^K hold the
-    smaller supports as faces."""
+    always completes), or, given `rounds` (a work budget), for exactly that many rounds of
+    splitting with no clock read, so that the answer depends on the inputs alone. A round
+    halves the split_batch boxes of largest bound (all of them while there are fewer), so
+    `pieces` = the supports + 2 × the boxes split. Supports of size min(K, M) suffice: their
+    boxes [0, 1]^K hold the smaller supports as faces."""
+    if rounds is not None and rounds < 0:
+        raise ValueError(f"rounds must be >= 0, got {rounds}")
     N, C = _phase_form_or_raise(net)
     start = time.perf_counter()
     M, K, I, H = teacher.M, teacher.K, teacher.I, teacher.H
@@ -237,7 +253,12 @@ def zk_bound(net, teacher, seconds: float = 30.0, grid: int = 256, split_batch: 
     b, centre_b = bound(sup, lo, hi)
     n_boxes = len(sup)
     bar.update(len(sup))
-    while time.perf_counter() - start < seconds:
+    done_rounds = 0
+
+    def budget_left() -> bool:
+        return done_rounds < rounds if rounds is not None else time.perf_counter() - start < seconds
+
+    while budget_left():
         top = np.argpartition(-b, min(split_batch, len(b)) - 1)[:split_batch]
         # Split each box in half along the weight that moves its phases most.
         axis = np.argmax((hi[top] - lo[top]) * spread[sup[top]], axis=1)
@@ -251,6 +272,7 @@ def zk_bound(net, teacher, seconds: float = 30.0, grid: int = 256, split_batch: 
         sup, lo, hi = np.concatenate([sup, sup[top]]), np.concatenate([lo, lo2]), np.concatenate([hi, hi2])
         b, centre_b = np.concatenate([b, b_up]), np.concatenate([centre_b, c_up])
         n_boxes += 2 * len(top)
+        done_rounds += 1
         bar.update(2 * len(top))
         bar.set_postfix_str(f"bound {b.max():.3e}", refresh=False)
     bar.close()
@@ -261,7 +283,7 @@ def zk_bound(net, teacher, seconds: float = 30.0, grid: int = 256, split_batch: 
     return InstanceBound(bound=float(np.nextafter(b[i] + margin, np.inf)), task_set="Z_K", z=z,
                          pieces=n_boxes, fp_margin=margin,
                          seconds=time.perf_counter() - start, resolution=float(b.max() / centre_b.max()),
-                         settings=dict(seconds=seconds, grid=grid, split_batch=split_batch))
+                         settings=dict(seconds=seconds, rounds=rounds, grid=grid, split_batch=split_batch))
 
 
 def guided_search(net, teacher, z: np.ndarray, starts: int = 2, sweeps: int = 3,
