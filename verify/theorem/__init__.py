@@ -8,8 +8,6 @@
     exact_checks  the exact construction's checks over its level tasks and off the task set
     sweep         python -m verify.sweep: the two scaling claims, measured over a grid
     report        verify.bound's text report
-    constructions_table  python -m verify.theorem.constructions_table: the README's table of
-                  constructions (units, layers, measured ÷ certificate at ε = 1e-3 and 1e-6)
     presets       every preset: the measurement budgets, and the training choices verify.sgd offers
 
 The entry points keep their names (python -m verify.bound, verify.exact_sup, verify.sweep), and
