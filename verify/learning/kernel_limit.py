@@ -175,6 +175,20 @@ def training_rows(family, train_supports: np.ndarray, cfg: KernelConfig, seed: i
     return student_rows(family.encode, samples), samples.y.reshape(-1, samples.y.shape[-1])
 
 
+def nested_training_rows(family, train_supports: np.ndarray, cfg: KernelConfig, seed: int):
+    """training_rows's rows and targets (the same draw, the same numbers) and, for each of the
+    cfg.tasks tasks, the index into `train_supports` of its support. The draw is task-major, so
+    the first t tasks' rows are the first t·samples_per_task rows: a ladder along tasks that
+    draws its largest rung once fits nested sets (rung k's tasks ⊂ rung k+1's), and its top
+    rung is the fit of `--tasks` = its tasks."""
+    from verify.learning.metrics import sample_tasks
+
+    rng = np.random.default_rng(seed + 2)
+    which = rng.integers(0, len(train_supports), cfg.tasks)  # as sample_eval_tasks draws them
+    samples = sample_tasks(family.teacher, train_supports[which], cfg.samples_per_task, rng)
+    return student_rows(family.encode, samples), samples.y.reshape(-1, samples.y.shape[-1]), which
+
+
 def student_rows(encode, samples) -> torch.Tensor:
     """The rows an MLP student reads for sampled tasks, [e(z), x] (T·P, E + I), float64."""
     e = encode(samples.z).to(torch.float64)
