@@ -194,3 +194,89 @@ def test_three_rungs_fit_three_parameters_with_no_interval():
     fit = kernel_ladder.saturating_fit(N[:3], 0.9 - 0.5 * (N[:3] / N[0]) ** -0.5)
     assert fit["interval"] is None and fit["residual_dof"] == 0
     assert fit["r_inf"] == pytest.approx(0.9, abs=1e-4)
+
+
+# ----------------------------------------------------------------------------- scoring in proportion
+
+
+def _fitted(n=100, d=5, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, d, generator=g, dtype=torch.float64)
+    y = torch.randn(n, 3, generator=g, dtype=torch.float64)
+    cfg = KernelConfig(kernel="ntk", depth=3, jitter=1e-8, tasks=n, samples_per_task=1)
+    return cfg, kernel_limit.fit(cfg, x, y).predictor
+
+
+def test_the_blocked_predictor_is_the_unblocked_product_and_so_is_its_gradient(monkeypatch):
+    """Blocks of 16 rows × 16 training rows (7 blocks of X for n = 100): the values and the
+    gradient in the query rows (through the checkpointed blocks) equal K(x*, X) α made whole,
+    to float64 rounding; peak: no block holds more than 16 × 16 kernel entries."""
+    cfg, predictor = _fitted()
+    x_new = torch.randn(37, 5, generator=torch.Generator().manual_seed(5), dtype=torch.float64)
+    whole = x_new.clone().requires_grad_(True)
+    expected = cfg.kernel_of(whole, predictor.x_train) @ predictor.alpha
+    expected.pow(2).sum().backward()
+    shapes = []
+    original = cfg.kernel_of
+
+    def spy(self, a, b):
+        shapes.append((len(a), len(b)))
+        return original(a, b)
+
+    monkeypatch.setattr(kernel_limit, "BLOCK_ROWS", 16)
+    monkeypatch.setattr(KernelConfig, "kernel_of", spy)
+    blocked = x_new.clone().requires_grad_(True)
+    got = predictor(blocked)
+    got.pow(2).sum().backward()
+    assert torch.allclose(got, expected, rtol=1e-12, atol=1e-13)
+    assert torch.allclose(blocked.grad, whole.grad, rtol=1e-11, atol=1e-12)
+    assert max(a * b for a, b in shapes) <= 16 * 16 and len(shapes) > 3 * 7
+    with torch.no_grad():
+        assert torch.allclose(predictor(x_new), expected.detach(), rtol=1e-12, atol=1e-13)
+
+
+def test_the_search_is_cut_so_that_scoring_costs_no_more_than_the_fit():
+    from verify.theorem.presets import SGD_MEASURE
+
+    sides = [522, 174]  # the cpu scale's training and held-out supports
+    # 4,096 rows: the full search costs more than the fit; cut, its estimate is within the fit.
+    budget, fraction, full, cut, fit_entries = kernel_limit.search_budget(SGD_MEASURE, 4096, sides, 4, 10**5)
+    assert fraction < 1 and full > fit_entries >= cut
+    assert budget.max_tasks < SGD_MEASURE.max_tasks and budget.line_evaluations == 0
+    assert cut == 4096 * sum(sum(kernel_limit.search_rows(budget, s, 4, 10**5)) for s in sides)
+    # 64 rows: the least search (one task, one ascent step) still costs more, which is said.
+    *_, cut, fit_entries = kernel_limit.search_budget(SGD_MEASURE, 64, sides, 4, 10**3)
+    assert cut > fit_entries
+    # 65,536 rows: the full search already costs less than the fit, and keeps its budget.
+    budget, fraction, full, cut, fit_entries = kernel_limit.search_budget(
+        SGD_MEASURE, 65_536, sides, 4, 10**6
+    )
+    assert budget == SGD_MEASURE and fraction == 1.0 and full == cut <= fit_entries
+
+
+def test_the_search_estimate_bounds_what_the_search_evaluates():
+    """search_rows against the evaluations the real search counts, stage by stage, on a kernel
+    predictor of the hyperteacher (the ascent's rows at GRAD_ROW_COST)."""
+    from verify.learning.metrics import sup_error
+    from verify.theorem.measure import numbers_read
+    from verify.theorem.presets import TEST_MEASURE
+
+    run = kernel_vs_sgd.parse_args([*SMALL, "--tasks", "16", "--samples-per-task", "4"])
+    family, split = kernel_vs_sgd._family_and_split(run)
+    x, y = kernel_limit.training_rows(family, split.train, kernel_vs_sgd._kernel_config(run, 4), run.seed)
+    predictor = kernel_limit.fit(kernel_vs_sgd._kernel_config(run, 4), x, y).predictor
+    budget = TEST_MEASURE.scaled(0.25)
+    est = sup_error(predictor, family.teacher, family.encode, split.test, 4, run.seed, budget, refine_z=False)
+    by = est.evaluations_by_stage
+    weighted = sum(by.values()) + (kernel_limit.GRAD_ROW_COST - 1) * by.get("ascent", 0)
+    bound = sum(
+        kernel_limit.search_rows(budget, len(split.test), family.I, numbers_read(predictor, family.teacher))
+    )
+    assert weighted <= bound
+
+
+def test_a_kernel_run_states_its_search():
+    report = kernel_vs_sgd.run(kernel_vs_sgd.parse_args([*SMALL, "--tasks", "8", "--samples-per-task", "2"]))
+    search = report["record"]["sup_search"]
+    assert 0 < search["fraction"] < 1 and search["max_tasks"] >= 1 and search["line_evaluations"] == 0
+    assert "of the full one" in kernel_vs_sgd.format_report(report)

@@ -389,6 +389,26 @@ def fit_kernel(run: KernelRun, family, split, sides, progress) -> tuple[object, 
                                   ladder_settled=settled if run.ladder else None)
 
 
+def budget_search(family, predictor, sides) -> dict:
+    """Sets the family's sup search for a kernel predictor so that scoring it costs no more
+    than its fit (kernel_limit.search_budget: the family's search, SGD_MEASURE, scaled down
+    where the full one would cost more), and returns what the report states: the fraction of
+    the full search, the budget, and the two estimated costs in kernel entries."""
+    from dataclasses import asdict
+
+    from verify.learning.kernel_limit import search_budget
+    from verify.theorem.measure import numbers_read
+    from verify.theorem.presets import SGD_MEASURE
+
+    rows = len(predictor.x_train)
+    budget, fraction, full, cut, fit_entries = search_budget(
+        family.sup_measure or SGD_MEASURE, rows, [len(supports) for supports, _ in sides.values()],
+        family.I, numbers_read(predictor, family.teacher))
+    family.sup_measure = budget
+    return dict(fraction=fraction, full_search_entries=full, search_entries=cut, fit_entries=fit_entries,
+                within_fit=cut <= fit_entries, **asdict(budget))
+
+
 def _student(run: KernelRun, family):
     import torch
 
@@ -445,6 +465,7 @@ def run(kernel_run: KernelRun) -> dict:
         sides = _sides(kernel_run, family, split)
         if kernel_run.method in KERNEL_METHODS:
             predictor, record = fit_kernel(kernel_run, family, split, sides, progress)
+            record["sup_search"] = budget_search(family, predictor, sides)
         else:
             predictor, record = train_network(kernel_run, family, split, sides, progress)
         with cli.phase(f"evaluate {kernel_run.method}", progress):
@@ -528,6 +549,12 @@ def format_report(r: dict) -> str:
                          f"(|ΔR²| < {LADDER_TOLERANCE} between the last two fits)")
         if rec.get("task_ladder"):
             lines += format_task_ladder(rec)
+        if rec.get("sup_search"):
+            search = rec["sup_search"]
+            lines.append(f"  sup search: {search['fraction']:.3g} of the full one ({search['max_tasks']} "
+                         f"tasks, {search['refine_steps']} ascent steps), ≈ {search['search_entries']:.3g} "
+                         f"kernel entries against the fit's {search['fit_entries']:.3g}"
+                         + ("" if search["within_fit"] else " (its least search costs more)"))
     else:
         lines.append(f"  trained {rec['losses'][-1][0]} steps in {rec['train_seconds']:.1f} s, final loss "
                      f"{rec['final_loss']:.3e}")
