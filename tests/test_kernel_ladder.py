@@ -280,3 +280,29 @@ def test_a_kernel_run_states_its_search():
     search = report["record"]["sup_search"]
     assert 0 < search["fraction"] < 1 and search["max_tasks"] >= 1 and search["line_evaluations"] == 0
     assert "of the full one" in kernel_vs_sgd.format_report(report)
+
+
+# ----------------------------------------------------------------------------- BLAS threads
+
+
+def test_the_solve_runs_on_the_runs_threads_and_never_openblas_on_two_at_scale(monkeypatch):
+    from threadpoolctl import threadpool_info
+
+    assert kernel_limit.solve_threads(1, 32_768, openblas=True) == 1
+    assert kernel_limit.solve_threads(2, 32_768, openblas=True) == 1  # OpenBLAS issue 2562
+    assert kernel_limit.solve_threads(2, 32_768, openblas=False) == 2
+    assert kernel_limit.solve_threads(2, 1_000, openblas=True) == 2
+    assert kernel_limit.solve_threads(4, 32_768, openblas=True) == 4
+    seen = []
+    import scipy.linalg
+
+    original = scipy.linalg.cho_factor
+
+    def spy(*a, **k):
+        seen.append({p["num_threads"] for p in threadpool_info() if p["user_api"] == "blas"})
+        return original(*a, **k)
+
+    monkeypatch.setattr(scipy.linalg, "cho_factor", spy)
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 1)
+    _fitted(40)
+    assert seen == [{1}]

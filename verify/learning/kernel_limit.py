@@ -24,13 +24,15 @@ use seed + 1). SGD sees fresh tasks at every step; kernel regression needs a fin
 **The solve.** K(X, X) + λI by Cholesky (scipy's LAPACK, in place), with the jitter
 λ = `jitter` × mean diag K stated in the report; K is built in row blocks, so the only n × n
 array is K itself (`solve_bytes` estimates the memory before any work). Predictions are
-K(x*, X) α, in blocks of x* and of X (KernelPredictor._block).
+K(x*, X) α, in blocks of x* and of X (KernelPredictor._block). The LAPACK calls run on as many
+BLAS threads as torch's (`blas_threads`): a run pinned to one thread is pinned in its solve too.
 """
 
 from __future__ import annotations
 
 import math
 import time
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -163,6 +165,30 @@ class Fit:
                     seconds_solve=self.seconds_solve, config=asdict(self.predictor.cfg))
 
 
+# OpenBLAS's dpotrf can crash at n = 32,768 with exactly 2 threads (OpenBLAS issue 2562): from
+# this many rows on, a solve that would run OpenBLAS on 2 threads runs it on 1.
+OPENBLAS_TWO_THREAD_ROWS = 16_384
+
+
+def solve_threads(threads: int, rows: int, openblas: bool) -> int:
+    """The BLAS threads a solve of `rows` rows gets when torch runs on `threads`: the same,
+    but 1 where OpenBLAS would run dpotrf on exactly 2 at OPENBLAS_TWO_THREAD_ROWS rows or more."""
+    threads = max(1, int(threads))
+    return 1 if openblas and threads == 2 and rows >= OPENBLAS_TWO_THREAD_ROWS else threads
+
+
+@contextmanager
+def blas_threads(threads: int, rows: int):
+    """The BLAS (numpy's and scipy's LAPACK) pinned to solve_threads(threads, rows) threads
+    while the block runs, through threadpoolctl (a dependency: pyproject.toml); the limits are
+    restored after it."""
+    from threadpoolctl import threadpool_info, threadpool_limits
+
+    openblas = any(p.get("internal_api") == "openblas" for p in threadpool_info())
+    with threadpool_limits(limits=solve_threads(threads, rows, openblas), user_api="blas"):
+        yield
+
+
 class NotPositiveDefinite(ValueError):
     """K(X, X) + λI has no Cholesky factor at this jitter (duplicate rows, or λ too small)."""
 
@@ -181,12 +207,13 @@ def fit(cfg: KernelConfig, x: torch.Tensor, y: torch.Tensor) -> Fit:
     # LAPACK factors in place; scipy copies a C-ordered array first (two n × n arrays at the
     # peak, where solve_bytes counts one). The factor overwrites K.
     k_np = k.numpy().T
-    try:
-        factor = scipy.linalg.cho_factor(k_np, lower=True, overwrite_a=True, check_finite=False)
-    except np.linalg.LinAlgError as e:
-        raise NotPositiveDefinite(f"K(X, X) + λI is not positive definite at jitter {cfg.jitter:g} "
-                                  f"(λ = {jitter:.3g}): {e}; raise the jitter") from None
-    alpha = torch.from_numpy(scipy.linalg.cho_solve(factor, y.numpy(), check_finite=False))
+    with blas_threads(torch.get_num_threads(), len(x)):
+        try:
+            factor = scipy.linalg.cho_factor(k_np, lower=True, overwrite_a=True, check_finite=False)
+        except np.linalg.LinAlgError as e:
+            raise NotPositiveDefinite(f"K(X, X) + λI is not positive definite at jitter {cfg.jitter:g} "
+                                      f"(λ = {jitter:.3g}): {e}; raise the jitter") from None
+        alpha = torch.from_numpy(scipy.linalg.cho_solve(factor, y.numpy(), check_finite=False))
     del k, k_np, factor
     solved = time.perf_counter()
     # (K + λI) α = Y, so the fit's residual on its own rows is Y − Kα = λα: no second Gram.
