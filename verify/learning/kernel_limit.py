@@ -24,13 +24,15 @@ use seed + 1). SGD sees fresh tasks at every step; kernel regression needs a fin
 **The solve.** K(X, X) + λI by Cholesky (scipy's LAPACK, in place), with the jitter
 λ = `jitter` × mean diag K stated in the report; K is built in row blocks, so the only n × n
 array is K itself (`solve_bytes` estimates the memory before any work). Predictions are
-K(x*, X) α, in blocks of x*.
+K(x*, X) α, in blocks of x* and of X (KernelPredictor._block). The LAPACK calls run on as many
+BLAS threads as torch's (`blas_threads`): a run pinned to one thread is pinned in its solve too.
 """
 
 from __future__ import annotations
 
 import math
 import time
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -106,7 +108,8 @@ def gram(cfg: KernelConfig, x: torch.Tensor) -> torch.Tensor:
 class KernelPredictor(nn.Module):
     """x* ↦ K(x*, X) α, a function of the rows a student reads ([e(z), x]), so the family's
     scoring (R², RMSE, the sup error's search, which differentiates it) takes it as it takes
-    a network. No parameters: it trains nothing."""
+    a network. No parameters: it trains nothing. Evaluated in blocks of BLOCK_ROWS rows × BLOCK_ROWS
+    training rows (`_block`), so scoring never holds the cross-kernel of all its points × all n."""
 
     def __init__(self, cfg: KernelConfig, x_train: torch.Tensor, alpha: torch.Tensor):
         super().__init__()
@@ -116,8 +119,36 @@ class KernelPredictor(nn.Module):
 
     def forward(self, rows: torch.Tensor) -> torch.Tensor:
         rows = rows.to(torch.float64)
-        return torch.cat([self.cfg.kernel_of(rows[s:s + BLOCK_ROWS], self.x_train) @ self.alpha
-                          for s in range(0, len(rows), BLOCK_ROWS)]) if len(rows) else rows.new_zeros(0, 1)
+        if not len(rows):
+            return rows.new_zeros(0, self.alpha.shape[1])
+        return torch.cat([self._block(rows[s:s + BLOCK_ROWS]) for s in range(0, len(rows), BLOCK_ROWS)])
+
+    def _block(self, rows: torch.Tensor) -> torch.Tensor:
+        """K(rows, X) α for at most BLOCK_ROWS rows, summed over X in blocks of BLOCK_ROWS
+        training rows: at most BLOCK_ROWS × BLOCK_ROWS kernel entries (and their 3·depth
+        temporaries) exist at once, whatever n is. Differentiated (the sup search's ascent),
+        each block is recomputed in the backward pass (torch.utils.checkpoint) rather than
+        kept, so the graph holds (rows, O) per block, not the cross-kernel. One block of X
+        (n ≤ BLOCK_ROWS) is the one product K(rows, X) @ α exactly as before."""
+        n = len(self.x_train)
+        if n <= BLOCK_ROWS:
+            return self.cfg.kernel_of(rows, self.x_train) @ self.alpha
+        grad = torch.is_grad_enabled() and rows.requires_grad
+        out = None
+        for s in range(0, n, BLOCK_ROWS):
+            xs, alpha = self.x_train[s:s + BLOCK_ROWS], self.alpha[s:s + BLOCK_ROWS]
+            if grad:
+                from torch.utils.checkpoint import checkpoint
+
+                part = checkpoint(_cross, self.cfg, rows, xs, alpha, use_reentrant=False)
+            else:
+                part = _cross(self.cfg, rows, xs, alpha)
+            out = part if out is None else out + part
+        return out
+
+
+def _cross(cfg: KernelConfig, rows: torch.Tensor, x: torch.Tensor, alpha: torch.Tensor) -> torch.Tensor:
+    return cfg.kernel_of(rows, x) @ alpha
 
 
 @dataclass
@@ -132,6 +163,30 @@ class Fit:
         return dict(jitter=self.predictor.cfg.jitter, jitter_absolute=self.jitter_absolute,
                     train_rows_rmse=self.train_rmse, seconds_kernel=self.seconds_kernel,
                     seconds_solve=self.seconds_solve, config=asdict(self.predictor.cfg))
+
+
+# OpenBLAS's dpotrf can crash at n = 32,768 with exactly 2 threads (OpenBLAS issue 2562): from
+# this many rows on, a solve that would run OpenBLAS on 2 threads runs it on 1.
+OPENBLAS_TWO_THREAD_ROWS = 16_384
+
+
+def solve_threads(threads: int, rows: int, openblas: bool) -> int:
+    """The BLAS threads a solve of `rows` rows gets when torch runs on `threads`: the same,
+    but 1 where OpenBLAS would run dpotrf on exactly 2 at OPENBLAS_TWO_THREAD_ROWS rows or more."""
+    threads = max(1, int(threads))
+    return 1 if openblas and threads == 2 and rows >= OPENBLAS_TWO_THREAD_ROWS else threads
+
+
+@contextmanager
+def blas_threads(threads: int, rows: int):
+    """The BLAS (numpy's and scipy's LAPACK) pinned to solve_threads(threads, rows) threads
+    while the block runs, through threadpoolctl (a dependency: pyproject.toml); the limits are
+    restored after it."""
+    from threadpoolctl import threadpool_info, threadpool_limits
+
+    openblas = any(p.get("internal_api") == "openblas" for p in threadpool_info())
+    with threadpool_limits(limits=solve_threads(threads, rows, openblas), user_api="blas"):
+        yield
 
 
 class NotPositiveDefinite(ValueError):
@@ -152,12 +207,13 @@ def fit(cfg: KernelConfig, x: torch.Tensor, y: torch.Tensor) -> Fit:
     # LAPACK factors in place; scipy copies a C-ordered array first (two n × n arrays at the
     # peak, where solve_bytes counts one). The factor overwrites K.
     k_np = k.numpy().T
-    try:
-        factor = scipy.linalg.cho_factor(k_np, lower=True, overwrite_a=True, check_finite=False)
-    except np.linalg.LinAlgError as e:
-        raise NotPositiveDefinite(f"K(X, X) + λI is not positive definite at jitter {cfg.jitter:g} "
-                                  f"(λ = {jitter:.3g}): {e}; raise the jitter") from None
-    alpha = torch.from_numpy(scipy.linalg.cho_solve(factor, y.numpy(), check_finite=False))
+    with blas_threads(torch.get_num_threads(), len(x)):
+        try:
+            factor = scipy.linalg.cho_factor(k_np, lower=True, overwrite_a=True, check_finite=False)
+        except np.linalg.LinAlgError as e:
+            raise NotPositiveDefinite(f"K(X, X) + λI is not positive definite at jitter {cfg.jitter:g} "
+                                      f"(λ = {jitter:.3g}): {e}; raise the jitter") from None
+        alpha = torch.from_numpy(scipy.linalg.cho_solve(factor, y.numpy(), check_finite=False))
     del k, k_np, factor
     solved = time.perf_counter()
     # (K + λI) α = Y, so the fit's residual on its own rows is Y − Kα = λα: no second Gram.
@@ -173,6 +229,95 @@ def training_rows(family, train_supports: np.ndarray, cfg: KernelConfig, seed: i
     rng = np.random.default_rng(seed + 2)
     samples = sample_eval_tasks(family.teacher, train_supports, cfg.tasks, cfg.samples_per_task, rng)
     return student_rows(family.encode, samples), samples.y.reshape(-1, samples.y.shape[-1])
+
+
+# ----------------------------------------------------------------------------- the cost of scoring
+
+# The sup error's search evaluates the predictor at many points, each against all n training
+# rows; a fit of n rows costs its Gram's kernel entries and the Cholesky's n³/3 flops. Both are
+# counted in kernel entries (deterministic, so a run's search does not depend on the machine's
+# speed): one Cholesky flop is 1/SOLVE_FLOPS_PER_ENTRY of a kernel entry (measured on this
+# project's 2-core machine at depth 4, one thread, OpenBLAS: 0.53 µs an entry, 22 GFlop/s in
+# dpotrf, so ≈ 11,600 flops an entry; rounded down), and a differentiated row (the ascent)
+# costs GRAD_ROW_COST forward rows (forward, the checkpoint's recompute, backward).
+SOLVE_FLOPS_PER_ENTRY = 10_000
+GRAD_ROW_COST = 3
+
+
+def fit_cost(rows: int) -> float:
+    """A fit's cost in kernel entries: the Gram's blocks (each from the diagonal on) and the
+    Cholesky's rows³/3 flops."""
+    entries = sum(min(BLOCK_ROWS, rows - s) * (rows - s) for s in range(0, rows, BLOCK_ROWS))
+    return float(entries) + rows**3 / 3 / SOLVE_FLOPS_PER_ENTRY
+
+
+def search_rows(budget, n_supports: int, I: int, numbers: int) -> tuple[float, float, float]:  # noqa: E741
+    """The rows a sup search of `budget` evaluates on a side of `n_supports` supports, an upper
+    bound from verify.theorem.measure's stages, in three parts: (the random stage's tasks ×
+    points and the ascent's paths × (steps + 1) × GRAD_ROW_COST, which MeasureBudget.scaled
+    cuts; the line searches' budget (the ascent's when unset, × min(LINE_BOOST, LINE_NUMBERS /
+    the numbers an evaluation reads)) and one start's sweep, which it does not; the grid, for
+    I ≤ 2)."""
+    from verify.theorem import measure
+
+    random = min(budget.max_tasks, n_supports) * budget.points_per_task
+    paths = budget.refine_tasks * budget.refine_starts if budget.refine_steps and budget.refine_tasks else 0
+    ascent = paths * (budget.refine_steps + 1)
+    line = 0.0
+    if budget.line_evaluations != 0 and budget.refine_tasks:
+        base = ascent if budget.line_evaluations is None else budget.line_evaluations
+        line = base * min(measure.LINE_BOOST, measure.LINE_NUMBERS / max(numbers, 1))
+        line += I * measure.LINE_COST + measure.LINE_OVERSAMPLE  # a budget below one start buys one
+    grid = 0
+    if I <= 2 and budget.grid_points != 0:
+        g = budget.grid_points or (4097 if I == 1 else 257)
+        grid = g**I * min(measure.GRID_TASKS + 1, max(1, measure.GRID_ROWS // g**I))
+    return float(random + GRAD_ROW_COST * ascent), float(line), float(grid)
+
+
+def search_budget(budget, rows: int, sides: list[int], I: int, numbers: int):  # noqa: E741
+    """The sup search a kernel predictor fitted on `rows` rows gets on sides of `sides`
+    supports each, so that scoring costs no more than the fit: `budget` where rows × its
+    search_rows on every side ≤ fit_cost(rows); else, as a short run's sequence student gets
+    (families.hyperteacher.sequence_measure), no line searches (their least budget is one
+    sweep of every coordinate) and the rest scaled (MeasureBudget.scaled) by the largest
+    fraction that fits. scaled keeps one task and one ascent step at least, so a very small fit
+    can still cost less than its least search: `within_fit` says whether it does. Returns
+    (budget, fraction, the full search's estimated cost, the cut one's, the fit's), in kernel
+    entries."""
+    from dataclasses import replace
+
+    parts = [search_rows(budget, s, I, numbers) for s in sides]
+    full, fit_entries = rows * sum(map(sum, parts)), fit_cost(rows)
+    if full <= fit_entries:
+        return budget, 1.0, full, full, fit_entries
+    def cut(fraction):
+        return replace(budget.scaled(fraction), line_evaluations=0)
+
+    def cost(fraction):
+        return rows * sum(sum(search_rows(cut(fraction), s, I, numbers)) for s in sides)
+
+    # The cut search's cost grows with the fraction (in steps: scaled rounds its counts):
+    # bisection for the largest fraction within the fit.
+    low, high = 1e-9, 1.0
+    for _ in range(60):
+        middle = (low + high) / 2
+        low, high = (middle, high) if cost(middle) <= fit_entries else (low, middle)
+    return cut(low), low, full, cost(low), fit_entries
+
+
+def nested_training_rows(family, train_supports: np.ndarray, cfg: KernelConfig, seed: int):
+    """training_rows's rows and targets (the same draw, the same numbers) and, for each of the
+    cfg.tasks tasks, the index into `train_supports` of its support. The draw is task-major, so
+    the first t tasks' rows are the first t·samples_per_task rows: a ladder along tasks that
+    draws its largest rung once fits nested sets (rung k's tasks ⊂ rung k+1's), and its top
+    rung is the fit of `--tasks` = its tasks."""
+    from verify.learning.metrics import sample_tasks
+
+    rng = np.random.default_rng(seed + 2)
+    which = rng.integers(0, len(train_supports), cfg.tasks)  # as sample_eval_tasks draws them
+    samples = sample_tasks(family.teacher, train_supports[which], cfg.samples_per_task, rng)
+    return student_rows(family.encode, samples), samples.y.reshape(-1, samples.y.shape[-1]), which
 
 
 def student_rows(encode, samples) -> torch.Tensor:

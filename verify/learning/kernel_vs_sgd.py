@@ -10,7 +10,8 @@ same compositional R², RMSE and sup error, through the family's own scoring cod
   linearised  the student's first-order Taylor expansion at init, trained as the student is
   trained     the student itself (AdamW, the paper's settings), and how far its NTK moved
 The kernel limits fit --tasks tasks × --samples-per-task x drawn from the training supports
-(kernel_limit.py; --ladder doubles the samples per task until the held-out R² stops moving);
+(kernel_limit.py; --ladder doubles the samples per task until the held-out R² stops moving;
+--max-tasks doubles the tasks from --tasks, nested, and settles or extrapolates the limit);
 the networks train on fresh tasks every step, as verify.sgd's students do.
 Exit codes: 0 done, 2 usage error, 3 internal error, 130 interrupted.
 """
@@ -52,8 +53,9 @@ PARAMETRIZATIONS = ("standard", "ntk")  # kernels.PARAMETRIZATIONS, named here w
 # grid point passes it only to the methods that read it: own_parameters).
 APPLIES = {"width": NETWORKS, "steps": NETWORKS, "tasks_per_batch": NETWORKS, "lr": NETWORKS,
            "weight_decay": NETWORKS, "probe_rows": ("trained",), "parametrization": ("ntk",),
-           "tasks": KERNEL_METHODS, "ladder": KERNEL_METHODS, "jitter": KERNEL_METHODS}
-LADDER_TOLERANCE = 0.005  # held-out R² that a doubling of the samples per task may still move
+           "tasks": KERNEL_METHODS, "ladder": KERNEL_METHODS, "max_tasks": KERNEL_METHODS,
+           "jitter": KERNEL_METHODS}
+LADDER_TOLERANCE = 0.005  # held-out R² that a doubling (of samples per task, or of tasks) may still move
 MEMORY_SHARE = 0.8  # of the memory available now, what a kernel solve may take
 
 
@@ -73,7 +75,9 @@ def build_parser() -> cli.Parser:
 # Settings that do not change a result, left out of a study's key.
 RUNTIME = ("threads", "no_progress", "json", "save", "device")
 # What a method that reads a setting of APPLIES takes when it is not given.
-METHOD_DEFAULTS = dict(width=256, parametrization="standard", tasks=512, ladder=False, jitter=1e-10,
+# max_tasks stays None (no ladder along tasks) unless given: a key without it is the key it was.
+METHOD_DEFAULTS = dict(width=256, parametrization="standard", tasks=512, ladder=False, max_tasks=None,
+                       jitter=1e-10,
                        steps=1500, tasks_per_batch=32, lr=HyperteacherFamily.optimiser["lr"],
                        weight_decay=HyperteacherFamily.optimiser["weight_decay"], probe_rows=256)
 
@@ -133,6 +137,12 @@ class KernelRun:
     ladder: bool | None = by_method(switch, "ntk, nngp: fit 1, 2, 4, … x per task up to --samples-per-task, "
                                             "stopping when the held-out R² moves by less than "
                                             f"{LADDER_TOLERANCE}")
+    max_tasks: int | None = by_method(cli.positive_int, "ntk, nngp: a ladder along tasks: fit --tasks, "
+                                                       "2·--tasks, 4·--tasks, … up to this many tasks (the "
+                                                       "same tasks and more at each rung) at fixed "
+                                                       "--samples-per-task, and say whether the held-out R² "
+                                                       f"settled (last doubling < {LADDER_TOLERANCE}) or "
+                                                       "extrapolate its asymptote (kernel_ladder.py)")
     jitter: float | None = by_method(cli.non_negative_float,
                                      "ntk, nngp: λ/mean diag K added to K(X, X)'s diagonal")
     steps: int | None = by_method(cli.positive_int, "linearised, trained: training steps")
@@ -156,6 +166,13 @@ class KernelRun:
         if self.encoding.startswith("fewshot"):
             raise UsageError(f"--encoding {self.encoding}: a kernel reads fixed rows [e(z), x], and "
                              "fewshot's e(z) is drawn anew at every call")
+        if self.max_tasks is not None:
+            if self.ladder:
+                raise UsageError("--ladder (along samples per task) and --max-tasks (along tasks): one "
+                                 "ladder a run")
+            if self.max_tasks < self.tasks:
+                raise UsageError(f"--max-tasks must be at least --tasks (got {self.max_tasks} < "
+                                 f"{self.tasks})")
 
     @classmethod
     def build(cls, given: dict, runtime: KernelRuntime | None = None) -> KernelRun:
@@ -200,7 +217,8 @@ def check_runnable(run: KernelRun) -> None:
     its solve (estimated before any work)."""
     cli.check_device(run.runtime.device)
     if run.method in KERNEL_METHODS:
-        _check_memory(run.tasks * run.samples_per_task, run.depth)
+        _check_memory(max(run.tasks, run.max_tasks or 0), run.samples_per_task, run.depth,
+                      "--max-tasks" if run.max_tasks else "--tasks")
 
 
 def available_bytes() -> int:
@@ -215,14 +233,17 @@ def available_bytes() -> int:
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
-def _check_memory(rows: int, depth: int) -> None:
+def _check_memory(tasks: int, samples_per_task: int, depth: int, name: str = "--tasks") -> None:
+    """Refuses (one line) a kernel solve of the largest fit the run makes that would not fit
+    MEMORY_SHARE of the memory available."""
     from verify.learning.kernel_limit import solve_bytes
 
+    rows = tasks * samples_per_task
     need, have = solve_bytes(rows, depth), available_bytes()
     if need > MEMORY_SHARE * have:
-        raise UsageError(f"--tasks × --samples-per-task = {rows:,} rows: the kernel solve needs "
+        raise UsageError(f"{name} × --samples-per-task = {rows:,} rows: the kernel solve needs "
                          f"{need / 2**30:.1f} GiB, more than {MEMORY_SHARE:.0%} of the "
-                         f"{have / 2**30:.1f} GiB available; lower --tasks or --samples-per-task")
+                         f"{have / 2**30:.1f} GiB available; lower {name} or --samples-per-task")
 
 
 def run_config(run: KernelRun) -> dict:
@@ -284,17 +305,72 @@ def _kernel_config(run: KernelRun, samples_per_task: int):
                         tasks=run.tasks, samples_per_task=samples_per_task, jitter=run.jitter)
 
 
-def _held_out_r2(family, predictor, sides) -> float:
+def _held_out_r2(family, predictor, sides, side: str = "held_out") -> float:
     from verify.learning.metrics import compositional_r2_paper, predict
 
-    _, samples = sides["held_out"]
+    _, samples = sides[side]
     return compositional_r2_paper(predict(predictor, samples, family.encode), samples)
+
+
+def peak_rss_bytes() -> int:
+    """The process's peak resident memory so far (getrusage; Linux counts KiB). A ladder's
+    rungs grow, so after rung k it is rung k's peak (or an earlier, larger allocation's)."""
+    import resource
+    import sys
+
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return int(peak if sys.platform == "darwin" else peak * 1024)
+
+
+def task_ladder(run: KernelRun) -> list[int]:
+    """The rungs of a ladder along tasks: --tasks doubled while below --max-tasks, then --max-tasks."""
+    rungs = [run.tasks]
+    while rungs[-1] * 2 < run.max_tasks:
+        rungs.append(rungs[-1] * 2)
+    return rungs + [run.max_tasks] if run.max_tasks > rungs[-1] else rungs
+
+
+def fit_task_ladder(run: KernelRun, family, split, sides, progress) -> tuple[object, dict]:
+    """The ladder along tasks (--max-tasks): one draw of --max-tasks tasks, whose first t tasks
+    each rung fits (nested_training_rows), so every rung holds the tasks of the one below; each
+    rung's rows, tasks, training supports covered, held-out and in-distribution R², kernel and
+    solve seconds, estimated solve bytes and the process's peak memory; then what the rungs say
+    of the limit (kernel_ladder.limit_of: settled, or the saturating model's asymptote with its
+    profile-likelihood interval)."""
+    import dataclasses as dc
+
+    import numpy as np
+
+    from verify.learning.kernel_ladder import limit_of
+    from verify.learning.kernel_limit import fit, nested_training_rows, solve_bytes
+
+    top = dc.replace(_kernel_config(run, run.samples_per_task), tasks=run.max_tasks)
+    x_all, y_all, which = nested_training_rows(family, split.train, top, run.seed)
+    steps, result = [], None
+    for tasks in task_ladder(run):
+        cfg = dc.replace(top, tasks=tasks)
+        rows = cfg.rows
+        with cli.phase(f"{run.method} limit: {tasks:,} tasks, {rows:,} rows", progress):
+            result = None  # the rung below's K and predictor go before this rung's are made
+            result = fit(cfg, x_all[:rows], y_all[:rows])
+            held_out = _held_out_r2(family, result.predictor, sides)
+            in_distribution = _held_out_r2(family, result.predictor, sides, "train")
+        steps.append(dict(tasks=tasks, samples_per_task=run.samples_per_task, rows=rows,
+                          supports_covered=int(len(np.unique(which[:tasks]))),
+                          training_supports=int(len(split.train)), held_out_r2=held_out,
+                          in_distribution_r2=in_distribution, solve_bytes=solve_bytes(rows, run.depth),
+                          peak_rss_bytes=peak_rss_bytes(), **result.summary()))
+    limit = limit_of([s["tasks"] for s in steps], [s["held_out_r2"] for s in steps], LADDER_TOLERANCE)
+    return result.predictor, dict(fit=steps[-1], ladder=None, ladder_settled=None, task_ladder=steps,
+                                  limit=limit)
 
 
 def fit_kernel(run: KernelRun, family, split, sides, progress) -> tuple[object, dict]:
     """The kernel limit's predictor, and what its fit (or ladder of fits) recorded."""
     from verify.learning.kernel_limit import fit, training_rows
 
+    if run.max_tasks is not None:
+        return fit_task_ladder(run, family, split, sides, progress)
     ladder = [1 << i for i in range(int(math.log2(run.samples_per_task)) + 1)] if run.ladder else []
     ladder = [p for p in ladder if p < run.samples_per_task] + [run.samples_per_task]
     steps, previous = [], None
@@ -311,6 +387,26 @@ def fit_kernel(run: KernelRun, family, split, sides, progress) -> tuple[object, 
     settled = len(steps) > 1 and abs(steps[-1]["held_out_r2"] - steps[-2]["held_out_r2"]) < LADDER_TOLERANCE
     return result.predictor, dict(fit=steps[-1], ladder=steps if run.ladder else None,
                                   ladder_settled=settled if run.ladder else None)
+
+
+def budget_search(family, predictor, sides) -> dict:
+    """Sets the family's sup search for a kernel predictor so that scoring it costs no more
+    than its fit (kernel_limit.search_budget: the family's search, SGD_MEASURE, scaled down
+    where the full one would cost more), and returns what the report states: the fraction of
+    the full search, the budget, and the two estimated costs in kernel entries."""
+    from dataclasses import asdict
+
+    from verify.learning.kernel_limit import search_budget
+    from verify.theorem.measure import numbers_read
+    from verify.theorem.presets import SGD_MEASURE
+
+    rows = len(predictor.x_train)
+    budget, fraction, full, cut, fit_entries = search_budget(
+        family.sup_measure or SGD_MEASURE, rows, [len(supports) for supports, _ in sides.values()],
+        family.I, numbers_read(predictor, family.teacher))
+    family.sup_measure = budget
+    return dict(fraction=fraction, full_search_entries=full, search_entries=cut, fit_entries=fit_entries,
+                within_fit=cut <= fit_entries, **asdict(budget))
 
 
 def _student(run: KernelRun, family):
@@ -369,6 +465,7 @@ def run(kernel_run: KernelRun) -> dict:
         sides = _sides(kernel_run, family, split)
         if kernel_run.method in KERNEL_METHODS:
             predictor, record = fit_kernel(kernel_run, family, split, sides, progress)
+            record["sup_search"] = budget_search(family, predictor, sides)
         else:
             predictor, record = train_network(kernel_run, family, split, sides, progress)
         with cli.phase(f"evaluate {kernel_run.method}", progress):
@@ -443,13 +540,21 @@ def format_report(r: dict) -> str:
              f"method   {r['method']}{size} (depth {r['depth']})"]
     rec = r["record"]
     if r["method"] in KERNEL_METHODS:
-        for step in rec["ladder"] or [rec["fit"]]:
+        for step in [] if rec.get("task_ladder") else rec["ladder"] or [rec["fit"]]:
             lines.append(f"  fit on {step['rows']:,} rows ({step['samples_per_task']} x per task): "
                          f"held-out R² {step['held_out_r2']:.4f}, jitter λ = {step['jitter_absolute']:.2e}, "
                          f"kernel {step['seconds_kernel']:.1f} s, solve {step['seconds_solve']:.1f} s")
         if rec["ladder"] is not None:
             lines.append(f"  ladder {'settled' if rec['ladder_settled'] else 'NOT settled'} "
                          f"(|ΔR²| < {LADDER_TOLERANCE} between the last two fits)")
+        if rec.get("task_ladder"):
+            lines += format_task_ladder(rec)
+        if rec.get("sup_search"):
+            search = rec["sup_search"]
+            lines.append(f"  sup search: {search['fraction']:.3g} of the full one ({search['max_tasks']} "
+                         f"tasks, {search['refine_steps']} ascent steps), ≈ {search['search_entries']:.3g} "
+                         f"kernel entries against the fit's {search['fit_entries']:.3g}"
+                         + ("" if search["within_fit"] else " (its least search costs more)"))
     else:
         lines.append(f"  trained {rec['losses'][-1][0]} steps in {rec['train_seconds']:.1f} s, final loss "
                      f"{rec['final_loss']:.3e}")
@@ -464,6 +569,33 @@ def format_report(r: dict) -> str:
                      f"{lookup(r['metrics'], r['method'], side, 'sup'):>10.3e}")
     lines.append(f"({r['seconds']:.0f} s)")
     return "\n".join(lines)
+
+
+def format_task_ladder(rec: dict) -> list[str]:
+    """The ladder along tasks, a rung a line, and what it says of the limit."""
+    lines = [f"  {'tasks':>7} {'rows':>8} {'supports':>9} {'held-out R²':>11} {'in-dist R²':>10} "
+             f"{'kernel s':>9} {'solve s':>8} {'solve GiB':>9} {'peak GiB':>9}"]
+    for s in rec["task_ladder"]:
+        lines.append(f"  {s['tasks']:>7,} {s['rows']:>8,} "
+                     f"{s['supports_covered']:>4}/{s['training_supports']:<4} "
+                     f"{s['held_out_r2']:>11.4f} {s['in_distribution_r2']:>10.4f} "
+                     f"{s['seconds_kernel']:>9.1f} {s['seconds_solve']:>8.1f} "
+                     f"{s['solve_bytes'] / 2**30:>9.2f} {s['peak_rss_bytes'] / 2**30:>9.2f}")
+    limit = rec["limit"]
+    change = "" if limit["last_change"] is None else f" (last doubling {limit['last_change']:+.4f})"
+    if limit["kind"] == "settled":
+        lines.append(f"  limit SETTLED at held-out R² {limit['value']:.4f}{change}")
+    elif limit["kind"] == "unresolved":
+        lines.append(f"  limit NOT settled{change}, not extrapolated: {limit['why']}")
+    else:
+        f = limit["fit"]
+        where = ("no interval: 3 rungs fit 3 parameters exactly" if f["interval"] is None else
+                 f"{f['level']:.0%} interval [{f['interval'][0]:.4f}, {f['interval'][1]:.4f}]"
+                 + (" (its upper end is the bound R² = 1: the rungs do not bound it)"
+                    if f["upper_at_bound"] else "") + f" by {f['interval_method']}")
+        lines.append(f"  limit NOT settled{change}: EXTRAPOLATED R∞ = {f['r_inf']:.4f}, {where}; "
+                     f"model {f['model']}, a = {f['a']:.3g}, b = {f['b']:.3g}")
+    return lines
 
 
 work = cli.report_work(run, format_report)

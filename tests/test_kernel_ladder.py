@@ -1,0 +1,308 @@
+"""Issue 45: the kernel limit along tasks (python -m verify.kernel --max-tasks), what a ladder
+says of the limit (verify.learning.kernel_ladder: settled, or extrapolated with an interval),
+the predictor's blocked scoring and the solve's BLAS threads."""
+
+import numpy as np
+import pytest
+import torch
+
+from verify.learning import kernel_ladder, kernel_limit, kernel_vs_sgd
+from verify.learning.kernel_limit import KernelConfig
+
+SMALL = [
+    "--M",
+    "5",
+    "--K",
+    "2",
+    "--I",
+    "2",
+    "--H",
+    "2",
+    "--O",
+    "2",
+    "--eval-tasks",
+    "16",
+    "--eval-samples",
+    "4",
+    "--no-progress",
+    "--seed",
+    "3",
+    "--method",
+    "ntk",
+]
+
+
+def _ladder(monkeypatch, *argv):
+    """fit_task_ladder on a small run, with the rows each rung's fit was given."""
+    run = kernel_vs_sgd.parse_args([*SMALL, *argv])
+    family, split = kernel_vs_sgd._family_and_split(run)
+    sides = kernel_vs_sgd._sides(run, family, split)
+    given, original = [], kernel_limit.fit
+
+    def spy(cfg, x, y):
+        given.append((cfg.tasks, x.clone()))
+        return original(cfg, x, y)
+
+    monkeypatch.setattr(kernel_limit, "fit", spy)
+    _, record = kernel_vs_sgd.fit_kernel(run, family, split, sides, False)
+    return run, family, split, record, given
+
+
+# ----------------------------------------------------------------------------- the ladder along tasks
+
+
+def test_the_task_ladder_is_nested_and_counts_the_supports_it_covers(monkeypatch):
+    run, family, split, record, given = _ladder(
+        monkeypatch, "--tasks", "2", "--max-tasks", "24", "--samples-per-task", "3"
+    )
+    rungs = record["task_ladder"]
+    assert [s["tasks"] for s in rungs] == [2, 4, 8, 16, 24] == [t for t, _ in given]
+    assert [s["rows"] for s in rungs] == [6, 12, 24, 48, 72]
+    # Nested: every rung's rows are rows of the rung above (as sets of rows, not by slicing).
+    for (_, low), (_, high) in zip(given, given[1:], strict=False):
+        assert {tuple(r) for r in low.tolist()} <= {tuple(r) for r in high.tolist()}
+    # The supports covered, counted from the rows themselves: identity encoding, so e(z) = z and
+    # a task's support is where its z is non-zero (the discrete weights are ≥ 0.5).
+    for s, (_, x) in zip(rungs, given, strict=True):
+        z = x[:, : family.M].numpy()
+        assert s["supports_covered"] == len({tuple(np.flatnonzero(row)) for row in z})
+        assert s["training_supports"] == len(split.train)
+    assert rungs[-1]["supports_covered"] > rungs[0]["supports_covered"]
+    # The top rung is the fit of --tasks 24: the same draw as training_rows.
+    x_top, _ = kernel_limit.training_rows(
+        family, split.train, KernelConfig(tasks=24, samples_per_task=3), run.seed
+    )
+    assert torch.equal(given[-1][1], x_top)
+    for s in rungs:
+        assert {
+            "held_out_r2",
+            "in_distribution_r2",
+            "seconds_kernel",
+            "seconds_solve",
+            "solve_bytes",
+            "peak_rss_bytes",
+        } <= set(s)
+        assert s["solve_bytes"] == kernel_limit.solve_bytes(s["rows"], run.depth) and s["peak_rss_bytes"] > 0
+    assert record["fit"] == rungs[-1] and record["ladder"] is None
+
+
+def test_the_task_ladder_settles_or_extrapolates_and_says_which(monkeypatch):
+    monkeypatch.setattr(kernel_vs_sgd, "LADDER_TOLERANCE", 10.0)  # any last doubling counts as settled
+    *_, settled, _ = _ladder(monkeypatch, "--tasks", "2", "--max-tasks", "16", "--samples-per-task", "2")
+    assert settled["limit"]["kind"] == "settled"
+    assert settled["limit"]["value"] == settled["task_ladder"][-1]["held_out_r2"]
+    monkeypatch.setattr(kernel_vs_sgd, "LADDER_TOLERANCE", 0.0)  # nothing settles: extrapolate
+    *_, moving, _ = _ladder(monkeypatch, "--tasks", "2", "--max-tasks", "16", "--samples-per-task", "2")
+    limit = moving["limit"]
+    assert limit["kind"] == "extrapolated" and limit["fit"]["rungs"] == 4
+    lo, hi = limit["fit"]["interval"]
+    assert lo <= limit["value"] <= hi <= 1.0
+    text = "\n".join(kernel_vs_sgd.format_task_ladder(moving))
+    assert "EXTRAPOLATED" in text and "profile likelihood" in text
+    assert "SETTLED" in "\n".join(kernel_vs_sgd.format_task_ladder(settled))
+
+
+def test_the_rungs_double_from_tasks_and_end_at_max_tasks():
+    def rungs(*argv):
+        return kernel_vs_sgd.task_ladder(kernel_vs_sgd.parse_args([*SMALL, *argv]))
+
+    assert rungs("--tasks", "256", "--max-tasks", "2048") == [256, 512, 1024, 2048]
+    assert rungs("--tasks", "3", "--max-tasks", "20") == [3, 6, 12, 20]
+    assert rungs("--tasks", "8", "--max-tasks", "8") == [8]
+
+
+def test_a_key_without_max_tasks_is_the_key_it_was():
+    key = kernel_vs_sgd.run_config(kernel_vs_sgd.parse_args([*SMALL, "--ladder"]))
+    assert "max_tasks" not in key and key["ladder"] is True
+    with_it = kernel_vs_sgd.run_config(kernel_vs_sgd.parse_args([*SMALL, "--max-tasks", "1024"]))
+    assert with_it["max_tasks"] == 1024
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (
+            ["--tasks", "16", "--max-tasks", "100000", "--samples-per-task", "1000"],
+            "--max-tasks × --samples-per-task = 100,000,000 rows: the kernel solve needs",
+        ),
+        (["--tasks", "64", "--max-tasks", "32"], "--max-tasks must be at least --tasks"),
+        (["--ladder", "--max-tasks", "1024"], "one ladder a run"),
+        (["--method", "trained", "--max-tasks", "1024"], "--max-tasks does not apply to --method trained"),
+    ],
+)
+def test_a_ladder_it_cannot_run_gets_one_line_and_exit_2_before_any_work(argv, message, capsys, monkeypatch):
+    def no_work(*a, **k):
+        raise AssertionError("work began")
+
+    monkeypatch.setattr(kernel_vs_sgd, "_family_and_split", no_work)
+    monkeypatch.setattr(kernel_limit, "gram", no_work)
+    assert kernel_vs_sgd.main([*SMALL, *argv]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1
+
+
+def test_the_memory_refusal_counts_the_largest_rung_against_the_memory_available(monkeypatch):
+    """32,768 rows at depth 4 need 8 GiB for K and 3 GiB of blocks: refused where 10 GiB are
+    available, and the rung below (16,384 rows) is not."""
+    monkeypatch.setattr(kernel_vs_sgd, "available_bytes", lambda: 10 * 2**30)
+    need = kernel_limit.solve_bytes(32_768, 4)
+    assert need == 8 * 32_768**2 + 8 * 12 * 1024 * 32_768
+    with pytest.raises(kernel_vs_sgd.UsageError, match="--max-tasks × --samples-per-task = 32,768 rows"):
+        kernel_vs_sgd.parse_args(
+            [*SMALL, "--tasks", "256", "--max-tasks", "2048", "--samples-per-task", "16"]
+        )
+    kernel_vs_sgd.parse_args([*SMALL, "--tasks", "256", "--max-tasks", "1024", "--samples-per-task", "16"])
+
+
+# ----------------------------------------------------------------------------- settled or extrapolated
+
+N = 256 * 2.0 ** np.arange(6)
+
+
+def test_the_settle_rule_reads_the_last_doubling_only():
+    assert kernel_ladder.is_settled([0.2, 0.8, 0.803], 0.005)
+    assert not kernel_ladder.is_settled([0.8, 0.801, 0.81], 0.005)
+    assert not kernel_ladder.is_settled([0.8], 0.005)
+    limit = kernel_ladder.limit_of([1, 2, 4], [0.2, 0.8, 0.803], 0.005)
+    assert limit["kind"] == "settled" and limit["value"] == 0.803
+    assert kernel_ladder.limit_of([1, 2], [0.2, 0.8], 0.005)["kind"] == "unresolved"
+
+
+@pytest.mark.parametrize("r_inf, b", [(0.9, 0.7), (0.97, 0.4)])
+def test_a_planted_asymptote_is_inside_the_interval_and_a_wrong_one_outside(r_inf, b):
+    rng = np.random.default_rng(1)
+    r2 = r_inf - 0.6 * (N / N[0]) ** -b + rng.normal(0, 1e-3, len(N))
+    limit = kernel_ladder.limit_of(N, r2, 0.005)
+    assert limit["kind"] == "extrapolated"
+    fit = limit["fit"]
+    lo, hi = fit["interval"]
+    assert lo < r_inf < hi and not fit["upper_at_bound"]
+    assert abs(fit["b"] - b) < 0.15
+    # A wrong constant is caught: 0.02 off the planted asymptote is outside the interval.
+    assert not lo < r_inf - 0.02 < hi and not lo < r_inf + 0.02 < hi
+
+
+def test_a_curve_that_does_not_bend_gets_no_upper_end():
+    """R² linear in log n (no ceiling below 1, the wrong model for a saturating fit): the
+    profile reaches the bound R² = 1, which the record says, rather than a made-up asymptote."""
+    r2 = 0.3 + 0.08 * np.log2(N / N[0]) + np.random.default_rng(2).normal(0, 1e-3, len(N))
+    fit = kernel_ladder.limit_of(N, r2, 0.005)["fit"]
+    assert fit["upper_at_bound"] and fit["interval"][1] == 1.0
+
+
+def test_three_rungs_fit_three_parameters_with_no_interval():
+    fit = kernel_ladder.saturating_fit(N[:3], 0.9 - 0.5 * (N[:3] / N[0]) ** -0.5)
+    assert fit["interval"] is None and fit["residual_dof"] == 0
+    assert fit["r_inf"] == pytest.approx(0.9, abs=1e-4)
+
+
+# ----------------------------------------------------------------------------- scoring in proportion
+
+
+def _fitted(n=100, d=5, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, d, generator=g, dtype=torch.float64)
+    y = torch.randn(n, 3, generator=g, dtype=torch.float64)
+    cfg = KernelConfig(kernel="ntk", depth=3, jitter=1e-8, tasks=n, samples_per_task=1)
+    return cfg, kernel_limit.fit(cfg, x, y).predictor
+
+
+def test_the_blocked_predictor_is_the_unblocked_product_and_so_is_its_gradient(monkeypatch):
+    """Blocks of 16 rows × 16 training rows (7 blocks of X for n = 100): the values and the
+    gradient in the query rows (through the checkpointed blocks) equal K(x*, X) α made whole,
+    to float64 rounding; peak: no block holds more than 16 × 16 kernel entries."""
+    cfg, predictor = _fitted()
+    x_new = torch.randn(37, 5, generator=torch.Generator().manual_seed(5), dtype=torch.float64)
+    whole = x_new.clone().requires_grad_(True)
+    expected = cfg.kernel_of(whole, predictor.x_train) @ predictor.alpha
+    expected.pow(2).sum().backward()
+    shapes = []
+    original = cfg.kernel_of
+
+    def spy(self, a, b):
+        shapes.append((len(a), len(b)))
+        return original(a, b)
+
+    monkeypatch.setattr(kernel_limit, "BLOCK_ROWS", 16)
+    monkeypatch.setattr(KernelConfig, "kernel_of", spy)
+    blocked = x_new.clone().requires_grad_(True)
+    got = predictor(blocked)
+    got.pow(2).sum().backward()
+    assert torch.allclose(got, expected, rtol=1e-12, atol=1e-13)
+    assert torch.allclose(blocked.grad, whole.grad, rtol=1e-11, atol=1e-12)
+    assert max(a * b for a, b in shapes) <= 16 * 16 and len(shapes) > 3 * 7
+    with torch.no_grad():
+        assert torch.allclose(predictor(x_new), expected.detach(), rtol=1e-12, atol=1e-13)
+
+
+def test_the_search_is_cut_so_that_scoring_costs_no_more_than_the_fit():
+    from verify.theorem.presets import SGD_MEASURE
+
+    sides = [522, 174]  # the cpu scale's training and held-out supports
+    # 4,096 rows: the full search costs more than the fit; cut, its estimate is within the fit.
+    budget, fraction, full, cut, fit_entries = kernel_limit.search_budget(SGD_MEASURE, 4096, sides, 4, 10**5)
+    assert fraction < 1 and full > fit_entries >= cut
+    assert budget.max_tasks < SGD_MEASURE.max_tasks and budget.line_evaluations == 0
+    assert cut == 4096 * sum(sum(kernel_limit.search_rows(budget, s, 4, 10**5)) for s in sides)
+    # 64 rows: the least search (one task, one ascent step) still costs more, which is said.
+    *_, cut, fit_entries = kernel_limit.search_budget(SGD_MEASURE, 64, sides, 4, 10**3)
+    assert cut > fit_entries
+    # 65,536 rows: the full search already costs less than the fit, and keeps its budget.
+    budget, fraction, full, cut, fit_entries = kernel_limit.search_budget(
+        SGD_MEASURE, 65_536, sides, 4, 10**6
+    )
+    assert budget == SGD_MEASURE and fraction == 1.0 and full == cut <= fit_entries
+
+
+def test_the_search_estimate_bounds_what_the_search_evaluates():
+    """search_rows against the evaluations the real search counts, stage by stage, on a kernel
+    predictor of the hyperteacher (the ascent's rows at GRAD_ROW_COST)."""
+    from verify.learning.metrics import sup_error
+    from verify.theorem.measure import numbers_read
+    from verify.theorem.presets import TEST_MEASURE
+
+    run = kernel_vs_sgd.parse_args([*SMALL, "--tasks", "16", "--samples-per-task", "4"])
+    family, split = kernel_vs_sgd._family_and_split(run)
+    x, y = kernel_limit.training_rows(family, split.train, kernel_vs_sgd._kernel_config(run, 4), run.seed)
+    predictor = kernel_limit.fit(kernel_vs_sgd._kernel_config(run, 4), x, y).predictor
+    budget = TEST_MEASURE.scaled(0.25)
+    est = sup_error(predictor, family.teacher, family.encode, split.test, 4, run.seed, budget, refine_z=False)
+    by = est.evaluations_by_stage
+    weighted = sum(by.values()) + (kernel_limit.GRAD_ROW_COST - 1) * by.get("ascent", 0)
+    bound = sum(
+        kernel_limit.search_rows(budget, len(split.test), family.I, numbers_read(predictor, family.teacher))
+    )
+    assert weighted <= bound
+
+
+def test_a_kernel_run_states_its_search():
+    report = kernel_vs_sgd.run(kernel_vs_sgd.parse_args([*SMALL, "--tasks", "8", "--samples-per-task", "2"]))
+    search = report["record"]["sup_search"]
+    assert 0 < search["fraction"] < 1 and search["max_tasks"] >= 1 and search["line_evaluations"] == 0
+    assert "of the full one" in kernel_vs_sgd.format_report(report)
+
+
+# ----------------------------------------------------------------------------- BLAS threads
+
+
+def test_the_solve_runs_on_the_runs_threads_and_never_openblas_on_two_at_scale(monkeypatch):
+    from threadpoolctl import threadpool_info
+
+    assert kernel_limit.solve_threads(1, 32_768, openblas=True) == 1
+    assert kernel_limit.solve_threads(2, 32_768, openblas=True) == 1  # OpenBLAS issue 2562
+    assert kernel_limit.solve_threads(2, 32_768, openblas=False) == 2
+    assert kernel_limit.solve_threads(2, 1_000, openblas=True) == 2
+    assert kernel_limit.solve_threads(4, 32_768, openblas=True) == 4
+    seen = []
+    import scipy.linalg
+
+    original = scipy.linalg.cho_factor
+
+    def spy(*a, **k):
+        seen.append({p["num_threads"] for p in threadpool_info() if p["user_api"] == "blas"})
+        return original(*a, **k)
+
+    monkeypatch.setattr(scipy.linalg, "cho_factor", spy)
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 1)
+    _fitted(40)
+    assert seen == [{1}]
