@@ -276,10 +276,26 @@ def test_the_search_estimate_bounds_what_the_search_evaluates():
 
 
 def test_a_kernel_run_states_its_search():
-    report = kernel_vs_sgd.run(kernel_vs_sgd.parse_args([*SMALL, "--tasks", "8", "--samples-per-task", "2"]))
+    argv = [*SMALL, "--tasks", "8", "--samples-per-task", "2"]
+    report = kernel_vs_sgd.run(kernel_vs_sgd.parse_args([*argv, "--sup-search", "in_proportion"]))
     search = report["record"]["sup_search"]
     assert 0 < search["fraction"] < 1 and search["max_tasks"] >= 1 and search["line_evaluations"] == 0
     assert "of the full one" in kernel_vs_sgd.format_report(report)
+    # Unset, the search is the full one a stored run's key names (its scores are not replayed).
+    full = kernel_vs_sgd.run(kernel_vs_sgd.parse_args(argv))
+    assert "sup_search" not in full["record"] and "of the full one" not in kernel_vs_sgd.format_report(full)
+
+
+def test_the_search_is_full_unless_asked_or_climbing_a_ladder_along_tasks():
+    def cut(*argv):
+        return kernel_vs_sgd.search_in_proportion(kernel_vs_sgd.parse_args([*SMALL, *argv]))
+
+    assert not cut() and not cut("--ladder") and not cut("--sup-search", "full", "--max-tasks", "1024")
+    assert cut("--sup-search", "in_proportion") and cut("--max-tasks", "1024")
+    key = kernel_vs_sgd.run_config(kernel_vs_sgd.parse_args(SMALL))
+    assert "sup_search" not in key  # the committed runs' keys are unchanged
+    asked = kernel_vs_sgd.run_config(kernel_vs_sgd.parse_args([*SMALL, "--sup-search", "in_proportion"]))
+    assert asked["sup_search"] == "in_proportion"
 
 
 # ----------------------------------------------------------------------------- BLAS threads

@@ -49,11 +49,13 @@ METHODS = ("ntk", "nngp", "linearised", "trained")
 KERNEL_METHODS = ("ntk", "nngp")
 NETWORKS = ("linearised", "trained")
 PARAMETRIZATIONS = ("standard", "ntk")  # kernels.PARAMETRIZATIONS, named here without torch (--help)
+SUP_SEARCHES = ("full", "in_proportion")
 # The settings that only some methods read: each is refused for the others (and a study's
 # grid point passes it only to the methods that read it: own_parameters).
 APPLIES = {"width": NETWORKS, "steps": NETWORKS, "tasks_per_batch": NETWORKS, "lr": NETWORKS,
            "weight_decay": NETWORKS, "probe_rows": ("trained",), "parametrization": ("ntk",),
            "tasks": KERNEL_METHODS, "ladder": KERNEL_METHODS, "max_tasks": KERNEL_METHODS,
+           "sup_search": KERNEL_METHODS,
            "jitter": KERNEL_METHODS}
 LADDER_TOLERANCE = 0.005  # held-out R² that a doubling (of samples per task, or of tasks) may still move
 MEMORY_SHARE = 0.8  # of the memory available now, what a kernel solve may take
@@ -76,7 +78,10 @@ def build_parser() -> cli.Parser:
 RUNTIME = ("threads", "no_progress", "json", "save", "device")
 # What a method that reads a setting of APPLIES takes when it is not given.
 # max_tasks stays None (no ladder along tasks) unless given: a key without it is the key it was.
+# sup_search too: unset, a run searches in full (as the committed runs did) unless it climbs a
+# ladder along tasks, whose rungs outgrow the full search (SUP_SEARCHES).
 METHOD_DEFAULTS = dict(width=256, parametrization="standard", tasks=512, ladder=False, max_tasks=None,
+                       sup_search=None,
                        jitter=1e-10,
                        steps=1500, tasks_per_batch=32, lr=HyperteacherFamily.optimiser["lr"],
                        weight_decay=HyperteacherFamily.optimiser["weight_decay"], probe_rows=256)
@@ -143,6 +148,10 @@ class KernelRun:
                                                        "--samples-per-task, and say whether the held-out R² "
                                                        f"settled (last doubling < {LADDER_TOLERANCE}) or "
                                                        "extrapolate its asymptote (kernel_ladder.py)")
+    sup_search: str | None = by_method(choice(SUP_SEARCHES), "ntk, nngp: the sup-error search: full "
+                                       "(verify.sgd's, as a network is searched) or in_proportion (cut "
+                                       "so that it costs no more than the fit, in kernel entries); "
+                                       "default full, in_proportion with --max-tasks")
     jitter: float | None = by_method(cli.non_negative_float,
                                      "ntk, nngp: λ/mean diag K added to K(X, X)'s diagonal")
     steps: int | None = by_method(cli.positive_int, "linearised, trained: training steps")
@@ -389,6 +398,13 @@ def fit_kernel(run: KernelRun, family, split, sides, progress) -> tuple[object, 
                                   ladder_settled=settled if run.ladder else None)
 
 
+def search_in_proportion(run: KernelRun) -> bool:
+    """Whether the kernel predictor's sup search is cut to the fit's cost: where asked, or, unset,
+    under a ladder along tasks. Unset otherwise it is the full search, so that a stored run's key
+    still names the search that scored it (the behaviour record replays the fit, not the scoring)."""
+    return run.sup_search == "in_proportion" or (run.sup_search is None and run.max_tasks is not None)
+
+
 def budget_search(family, predictor, sides) -> dict:
     """Sets the family's sup search for a kernel predictor so that scoring it costs no more
     than its fit (kernel_limit.search_budget: the family's search, SGD_MEASURE, scaled down
@@ -465,7 +481,8 @@ def run(kernel_run: KernelRun) -> dict:
         sides = _sides(kernel_run, family, split)
         if kernel_run.method in KERNEL_METHODS:
             predictor, record = fit_kernel(kernel_run, family, split, sides, progress)
-            record["sup_search"] = budget_search(family, predictor, sides)
+            if search_in_proportion(kernel_run):
+                record["sup_search"] = budget_search(family, predictor, sides)
         else:
             predictor, record = train_network(kernel_run, family, split, sides, progress)
         with cli.phase(f"evaluate {kernel_run.method}", progress):
