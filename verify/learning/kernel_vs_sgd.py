@@ -53,7 +53,8 @@ SUP_SEARCHES = ("full", "in_proportion")
 # The settings that only some methods read: each is refused for the others (and a study's
 # grid point passes it only to the methods that read it: own_parameters).
 APPLIES = {"width": NETWORKS, "steps": NETWORKS, "tasks_per_batch": NETWORKS, "lr": NETWORKS,
-           "weight_decay": NETWORKS, "probe_rows": ("trained",), "parametrization": ("ntk",),
+           "weight_decay": NETWORKS, "probe_rows": ("trained",), "alpha": ("trained",),
+           "parametrization": ("ntk",),
            "tasks": KERNEL_METHODS, "ladder": KERNEL_METHODS, "max_tasks": KERNEL_METHODS,
            "sup_search": KERNEL_METHODS,
            "jitter": KERNEL_METHODS}
@@ -84,7 +85,8 @@ METHOD_DEFAULTS = dict(width=256, parametrization="standard", tasks=512, ladder=
                        sup_search=None,
                        jitter=1e-10,
                        steps=1500, tasks_per_batch=32, lr=HyperteacherFamily.optimiser["lr"],
-                       weight_decay=HyperteacherFamily.optimiser["weight_decay"], probe_rows=256)
+                       weight_decay=HyperteacherFamily.optimiser["weight_decay"], probe_rows=256,
+                       alpha=None)  # None: the plain network (a key without it is the key it was)
 
 
 def by_method(check, help: str):
@@ -159,10 +161,15 @@ class KernelRun:
     lr: float | None = by_method(cli.positive_float, "linearised, trained: AdamW learning rate")
     weight_decay: float | None = by_method(cli.non_negative_float, "linearised, trained: AdamW weight decay")
     probe_rows: int | None = by_method(cli.positive_int, "trained: rows on which the NTK's movement is read")
+    alpha: float | None = by_method(cli.positive_float, "trained: the lazy-to-rich axis: train α·(f − f at "
+                                    "init) at learning rate --lr/α (AdamW's lazy scaling; large α lazy, "
+                                    "small α rich) with no decay unless --weight-decay is given (lazy.py)")
     runtime: KernelRuntime = field(default_factory=KernelRuntime, compare=False, repr=False)
 
     def __post_init__(self):
         method = checked("method", self.method, choice(METHODS))
+        if self.alpha is not None and self.weight_decay is None:  # decay pulls θ to 0, not θ₀
+            object.__setattr__(self, "weight_decay", 0.0)
         for name, methods in APPLIES.items():
             value = getattr(self, name)
             if method in methods and value is None:
@@ -435,30 +442,42 @@ def _student(run: KernelRun, family):
 
 
 def _train_config(run: KernelRun):
+    from verify.learning import lazy
     from verify.learning.train import TrainConfig
 
     return TrainConfig(steps=run.steps, tasks_per_batch=run.tasks_per_batch,
-                       samples_per_task=run.samples_per_task, lr=run.lr, weight_decay=run.weight_decay,
+                       samples_per_task=run.samples_per_task,
+                       lr=run.lr if run.alpha is None else lazy.learning_rate(run.lr, run.alpha),
+                       weight_decay=run.weight_decay,
                        seed=run.seed, device=run.runtime.device)
 
 
 def train_network(run: KernelRun, family, split, sides, progress, stop_after=None) -> tuple[object, dict]:
     """The linearised or the trained student after training, and its training record (and,
-    trained, its NTK's movement on probe rows from the held-out tasks)."""
+    trained, its NTK's movement on probe rows from the held-out tasks; with --alpha, the centred
+    model α·(f − f₀) and how far its parameters moved)."""
+    from verify.learning.lazy import Centred, parameter_movement
     from verify.learning.linearised import Linearised, kernel_movement
     from verify.learning.train import train_student
 
     student = _student(run, family)
     init = copy.deepcopy(student).double()
-    net = Linearised(student) if run.method == "linearised" else student
+    if run.method == "linearised":
+        net = Linearised(student)
+    else:
+        net = student if run.alpha is None else Centred(student, run.alpha)
     result = train_student(family, split.train, net, _train_config(run), progress=progress,
                            threads=run.runtime.threads, name=f"{run.method} {run.depth}×{run.width}",
                            widths=[run.width] * run.depth, stop_after=stop_after,
                            log_every=1 if stop_after else None)
     record = dict(losses=result.losses, train_seconds=result.seconds, final_loss=result.losses[-1][1])
     if run.method == "trained" and stop_after is None:
+        # The NTK of α·(f − f₀) is α² that of f: its relative movement is f's.
+        trained = result.net if run.alpha is None else result.net.net
         with cli.phase("the NTK's movement", progress):
-            record["kernel_movement"] = kernel_movement(init, result.net, probe_rows(run, family, sides))
+            record["kernel_movement"] = kernel_movement(init, trained, probe_rows(run, family, sides))
+        if run.alpha is not None:
+            record["parameter_movement"] = parameter_movement(result.net)
     return result.net, record
 
 
@@ -489,7 +508,7 @@ def run(kernel_run: KernelRun) -> dict:
             metrics, _ = family.score(kernel_run.method, predictor, sides, kernel_run.seed)
     report = dict(program="verify.kernel", method=kernel_run.method, family=family.name, task=family.config(),
                   encoding=kernel_run.encoding, split=split.summary(), depth=kernel_run.depth,
-                  width=kernel_run.width, record=record, metrics=as_dicts(metrics),
+                  width=kernel_run.width, alpha=kernel_run.alpha, record=record, metrics=as_dicts(metrics),
                   evaluation=dict(tasks_per_side=kernel_run.eval_tasks,
                                   rows_per_task=kernel_run.eval_samples),
                   seconds=time.perf_counter() - start)
@@ -577,6 +596,9 @@ def format_report(r: dict) -> str:
                      f"{rec['final_loss']:.3e}")
         if "kernel_movement" in rec:
             lines.append(f"  NTK movement ‖Θ_T − Θ_0‖/‖Θ_0‖ = {rec['kernel_movement']:.3f}")
+        if "parameter_movement" in rec:
+            lines.append(f"  centred α·(f − f₀), α = {r['alpha']:g} (lr ÷ α): parameters moved "
+                         f"‖θ − θ₀‖/‖θ₀‖ = {rec['parameter_movement']:.3g}")
     lines.append("")
     sides = list(dict.fromkeys(m["side"] for m in r["metrics"]))
     lines.append(f"{'side':<10} {'R²':>8} {'RMSE':>10} {'sup':>10}")
