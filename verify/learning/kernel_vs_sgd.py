@@ -13,6 +13,9 @@ The kernel limits fit --tasks tasks × --samples-per-task x drawn from the train
 (kernel_limit.py; --ladder doubles the samples per task until the held-out R² stops moving;
 --max-tasks doubles the tasks from --tasks, nested, and settles or extrapolates the limit);
 the networks train on fresh tasks every step, as verify.sgd's students do.
+Every method is also read for conjunction-wise additivity on the split's level tasks
+(additivity.py, Lippl and Stachenfeld 2025); `--method trained --alpha A` trains the centred
+α·(f − f₀) along the lazy-to-rich axis (lazy.py).
 Exit codes: 0 done, 2 usage error, 3 internal error, 130 interrupted.
 """
 
@@ -490,6 +493,7 @@ def probe_rows(run: KernelRun, family, sides):
 
 def run(kernel_run: KernelRun) -> dict:
     """One run: the family, split and scoring sides; the method's predictor; its scores."""
+    from verify.learning import additivity
     from verify.learning.records import as_dicts
     from verify.learning.sgd_program import threads_of_run
 
@@ -506,6 +510,8 @@ def run(kernel_run: KernelRun) -> dict:
             predictor, record = train_network(kernel_run, family, split, sides, progress)
         with cli.phase(f"evaluate {kernel_run.method}", progress):
             metrics, _ = family.score(kernel_run.method, predictor, sides, kernel_run.seed)
+        with cli.phase("additivity over the level tasks", progress):
+            record["additivity"] = additivity.of_model(predictor, family, split, kernel_run.seed)
     report = dict(program="verify.kernel", method=kernel_run.method, family=family.name, task=family.config(),
                   encoding=kernel_run.encoding, split=split.summary(), depth=kernel_run.depth,
                   width=kernel_run.width, alpha=kernel_run.alpha, record=record, metrics=as_dicts(metrics),
@@ -599,6 +605,11 @@ def format_report(r: dict) -> str:
         if "parameter_movement" in rec:
             lines.append(f"  centred α·(f − f₀), α = {r['alpha']:g} (lr ÷ α): parameters moved "
                          f"‖θ − θ₀‖/‖θ₀‖ = {rec['parameter_movement']:.3g}")
+    if "additivity" in rec:
+        a = rec["additivity"]
+        lines.append(f"  additivity (Lippl & Stachenfeld) over {a['conjunctions']} seen conjunctions: "
+                     f"R² {a['train']:.4f} training, {a['held_out']:.4f} held-out supports "
+                     f"({a['residual_dof']} residual df, {a['probe_points']} probe x)")
     lines.append("")
     sides = list(dict.fromkeys(m["side"] for m in r["metrics"]))
     lines.append(f"{'side':<10} {'R²':>8} {'RMSE':>10} {'sup':>10}")
