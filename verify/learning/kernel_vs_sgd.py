@@ -481,17 +481,17 @@ def train_network(run: KernelRun, family, split, sides, progress, stop_after=Non
     student = _student(run, family)
     init = copy.deepcopy(student).double()
     net = Linearised(student) if run.method == "linearised" else student
-    finite = None
+    finite, trains_on = None, family
     if run.data == "finite":
         from verify.learning import finite_rows
 
         data = finite_rows.finite_set(family, split.train, run.tasks, run.samples_per_task, run.seed)
-        family = finite_rows.FiniteFamily(family, data)
+        trains_on = finite_rows.FiniteFamily(family, data)
         finite = dict(tasks=run.tasks, samples_per_task=run.samples_per_task, rows=len(data.rows),
                       supports_covered=data.supports_covered(), training_supports=int(len(split.train)),
                       batches_per_epoch=finite_rows.batches_per_epoch(run.tasks, run.tasks_per_batch),
                       epochs=finite_rows.epochs(stop_after or run.steps, run.tasks, run.tasks_per_batch))
-    result = train_student(family, split.train, net, _train_config(run), progress=progress,
+    result = train_student(trains_on, split.train, net, _train_config(run), progress=progress,
                            threads=run.runtime.threads, name=f"{run.method} {run.depth}×{run.width}",
                            widths=[run.width] * run.depth, stop_after=stop_after,
                            log_every=1 if stop_after else None)
