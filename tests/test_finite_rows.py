@@ -192,3 +192,15 @@ def test_a_tiny_finite_run_trains_and_says_so():
     finite = report["record"]["finite"]
     assert finite["epochs"] == 100 and finite["batches_per_epoch"] == 2
     assert 1 <= finite["supports_covered"] <= min(8, finite["training_supports"])
+
+
+@pytest.mark.parametrize("method", ["trained", "linearised"])
+def test_a_finite_run_has_a_behaviour_record_of_its_own(method):
+    """verify.study's behaviour record: a finite run's first steps, replayed the same, and not
+    the online run's (another key, other batches)."""
+    finite = kernel_vs_sgd.parse_args([*SMALL, *NET, "--method", method, "--data", "finite", "--tasks", "10"])
+    record = kernel_vs_sgd.behaviour(finite)
+    assert len(record["losses"]) == kernel_vs_sgd.BEHAVIOUR_STEPS
+    assert kernel_vs_sgd.behaviour(finite) == record
+    online = kernel_vs_sgd.behaviour(finite.replace(data=None, tasks=None))
+    assert online["split"] == record["split"] and online["losses"] != record["losses"]
