@@ -7,7 +7,11 @@ closed form, in verify/learning/kernels.py; --parametrization standard is the st
 first-order Taylor expansion at init, trained by the student's optimiser and steps
 (verify/learning/linearised.py); `trained`, the student itself (the same init, data stream,
 loop and scoring as `verify.sgd --shapes custom`: a test holds the two to the same R²), with
-its NTK's movement ‖Θ_T − Θ_0‖/‖Θ_0‖ on --probe-rows held-out rows. A setting another method
+its NTK's movement ‖Θ_T − Θ_0‖/‖Θ_0‖ on --probe-rows held-out rows. The networks train online
+(fresh tasks every step) unless --data finite --tasks T: then in epochs over exactly the rows
+the kernel limit with the same --tasks, --samples-per-task and --seed fits
+(verify/learning/finite_rows.py), so that "trained − kernel" compares learning rules at equal
+data. A setting another method
 reads (--width for ntk), a depth that is not a positive integer, and more rows than 80% of the
 available memory holds (estimated before any work) each get one line and exit 2.
 

@@ -12,7 +12,9 @@ same compositional R², RMSE and sup error, through the family's own scoring cod
 The kernel limits fit --tasks tasks × --samples-per-task x drawn from the training supports
 (kernel_limit.py; --ladder doubles the samples per task until the held-out R² stops moving;
 --max-tasks doubles the tasks from --tasks, nested, and settles or extrapolates the limit);
-the networks train on fresh tasks every step, as verify.sgd's students do.
+the networks train on fresh tasks every step, as verify.sgd's students do (--data online),
+or, with --data finite --tasks T, in epochs over exactly the rows the kernel limit with the same
+--tasks, --samples-per-task and --seed fits (finite_rows.py): "trained − kernel" at equal data.
 Every method is also read for conjunction-wise additivity on the split's level tasks
 (additivity.py, Lippl and Stachenfeld 2025); `--method trained --alpha A` trains the centred
 α·(f − f₀) along the lazy-to-rich axis (lazy.py).
@@ -53,12 +55,15 @@ KERNEL_METHODS = ("ntk", "nngp")
 NETWORKS = ("linearised", "trained")
 PARAMETRIZATIONS = ("standard", "ntk")  # kernels.PARAMETRIZATIONS, named here without torch (--help)
 SUP_SEARCHES = ("full", "in_proportion")
+DATA = ("online", "finite")  # finite_rows.DATA, named here without torch (--help)
 # The settings that only some methods read: each is refused for the others (and a study's
 # grid point passes it only to the methods that read it: own_parameters).
 APPLIES = {"width": NETWORKS, "steps": NETWORKS, "tasks_per_batch": NETWORKS, "lr": NETWORKS,
            "weight_decay": NETWORKS, "probe_rows": ("trained",), "alpha": ("trained",),
            "parametrization": ("ntk",),
-           "tasks": KERNEL_METHODS, "ladder": KERNEL_METHODS, "max_tasks": KERNEL_METHODS,
+           "data": NETWORKS,
+           "tasks": KERNEL_METHODS,  # and the networks under --data finite (reads_setting)
+           "ladder": KERNEL_METHODS, "max_tasks": KERNEL_METHODS,
            "sup_search": KERNEL_METHODS,
            "jitter": KERNEL_METHODS}
 LADDER_TOLERANCE = 0.005  # held-out R² that a doubling (of samples per task, or of tasks) may still move
@@ -84,12 +89,20 @@ RUNTIME = ("threads", "no_progress", "json", "save", "device")
 # max_tasks stays None (no ladder along tasks) unless given: a key without it is the key it was.
 # sup_search too: unset, a run searches in full (as the committed runs did) unless it climbs a
 # ladder along tasks, whose rungs outgrow the full search (SUP_SEARCHES).
+# data too: unset (or online, the same run) a network trains online, as the committed runs did.
 METHOD_DEFAULTS = dict(width=256, parametrization="standard", tasks=512, ladder=False, max_tasks=None,
-                       sup_search=None,
+                       sup_search=None, data=None,
                        jitter=1e-10,
                        steps=1500, tasks_per_batch=32, lr=HyperteacherFamily.optimiser["lr"],
                        weight_decay=HyperteacherFamily.optimiser["weight_decay"], probe_rows=256,
                        alpha=None)  # None: the plain network (a key without it is the key it was)
+
+
+def reads_setting(name: str, method: str, data: str | None) -> bool:
+    """Whether a run of `method` reads the setting `name` (APPLIES): --tasks is the kernel
+    limits' data size, and the networks' too under --data finite (the set they train on)."""
+    return method in APPLIES.get(name, METHODS) or (name == "tasks" and method in NETWORKS
+                                                    and data == "finite")
 
 
 def by_method(check, help: str):
@@ -143,7 +156,10 @@ class KernelRun:
     parametrization: str | None = by_method(choice(PARAMETRIZATIONS), "ntk: the students' standard "
                                             "parametrization (Θ/width's limit) or NTK parametrization "
                                             "(Jacot's)")
-    tasks: int | None = by_method(cli.positive_int, "ntk, nngp: training tasks the kernel regression fits")
+    tasks: int | None = by_method(cli.positive_int, "ntk, nngp: training tasks the kernel regression fits; "
+                                                   "linearised, trained with --data finite: the tasks of "
+                                                   "the fixed set they train on (no default there: say "
+                                                   "which kernel fit the set is)")
     ladder: bool | None = by_method(switch, "ntk, nngp: fit 1, 2, 4, … x per task up to --samples-per-task, "
                                             "stopping when the held-out R² moves by less than "
                                             f"{LADDER_TOLERANCE}")
@@ -161,6 +177,11 @@ class KernelRun:
                                      "ntk, nngp: λ/mean diag K added to K(X, X)'s diagonal")
     steps: int | None = by_method(cli.positive_int, "linearised, trained: training steps")
     tasks_per_batch: int | None = by_method(cli.positive_int, "linearised, trained: tasks per step")
+    data: str | None = by_method(choice(DATA), "linearised, trained: online (fresh tasks every step, as "
+                                 "verify.sgd's students) or finite (epochs over exactly the rows the "
+                                 "kernel limit with the same --tasks, --samples-per-task and --seed "
+                                 "fits, reshuffled each epoch, --tasks-per-batch whole tasks a step; "
+                                 "needs --tasks); default online")
     lr: float | None = by_method(cli.positive_float, "linearised, trained: AdamW learning rate")
     weight_decay: float | None = by_method(cli.non_negative_float, "linearised, trained: AdamW weight decay")
     probe_rows: int | None = by_method(cli.positive_int, "trained: rows on which the NTK's movement is read")
@@ -173,12 +194,18 @@ class KernelRun:
         method = checked("method", self.method, choice(METHODS))
         if self.alpha is not None and self.weight_decay is None:  # decay pulls θ to 0, not θ₀
             object.__setattr__(self, "weight_decay", 0.0)
-        for name, methods in APPLIES.items():
-            value = getattr(self, name)
-            if method in methods and value is None:
+        data = None if self.data is None else checked("data", self.data, choice(DATA))
+        for name in APPLIES:
+            value, reads = getattr(self, name), reads_setting(name, method, data)
+            if reads and value is None:
+                if name == "tasks" and method in NETWORKS:
+                    raise UsageError("--data finite trains on the rows of a kernel fit: give its --tasks")
                 object.__setattr__(self, name, METHOD_DEFAULTS[name])
-            elif method not in methods and value is not None:
-                raise UsageError(f"{flag(name)} does not apply to --method {method}")
+            elif not reads and value is not None:
+                unless = " unless --data finite" if name == "tasks" and method in NETWORKS else ""
+                raise UsageError(f"{flag(name)} does not apply to --method {method}{unless}")
+        if data == "online":  # online is the unset default, the same run: its key is the key it was
+            object.__setattr__(self, "data", None)
         check_fields(self)
         if self.K > self.M:
             raise UsageError(f"--K must be at most --M (got K={self.K}, M={self.M})")
@@ -192,6 +219,9 @@ class KernelRun:
             if self.max_tasks < self.tasks:
                 raise UsageError(f"--max-tasks must be at least --tasks (got {self.max_tasks} < "
                                  f"{self.tasks})")
+        if self.data == "finite" and self.tasks_per_batch > self.tasks:
+            raise UsageError(f"--data finite: --tasks-per-batch must be at most --tasks (got "
+                             f"{self.tasks_per_batch} > {self.tasks})")
 
     @classmethod
     def build(cls, given: dict, runtime: KernelRuntime | None = None) -> KernelRun:
@@ -274,7 +304,7 @@ def own_parameters(params: dict) -> dict:
     """The grid point's parameters that its method reads (a study crossing methods and widths
     gives the kernel limits no width: they run once a seed, not once a width)."""
     method = params.get("method", "ntk")
-    return {k: v for k, v in params.items() if method in APPLIES.get(k, METHODS)}
+    return {k: v for k, v in params.items() if reads_setting(k, method, params.get("data"))}
 
 
 def config_of(params: dict) -> KernelRun:
@@ -469,11 +499,23 @@ def train_network(run: KernelRun, family, split, sides, progress, stop_after=Non
         net = Linearised(student)
     else:
         net = student if run.alpha is None else Centred(student, run.alpha)
-    result = train_student(family, split.train, net, _train_config(run), progress=progress,
+    finite, trains_on = None, family
+    if run.data == "finite":
+        from verify.learning import finite_rows
+
+        data = finite_rows.finite_set(family, split.train, run.tasks, run.samples_per_task, run.seed)
+        trains_on = finite_rows.FiniteFamily(family, data)
+        finite = dict(tasks=run.tasks, samples_per_task=run.samples_per_task, rows=len(data.rows),
+                      supports_covered=data.supports_covered(), training_supports=int(len(split.train)),
+                      batches_per_epoch=finite_rows.batches_per_epoch(run.tasks, run.tasks_per_batch),
+                      epochs=finite_rows.epochs(stop_after or run.steps, run.tasks, run.tasks_per_batch))
+    result = train_student(trains_on, split.train, net, _train_config(run), progress=progress,
                            threads=run.runtime.threads, name=f"{run.method} {run.depth}×{run.width}",
                            widths=[run.width] * run.depth, stop_after=stop_after,
                            log_every=1 if stop_after else None)
     record = dict(losses=result.losses, train_seconds=result.seconds, final_loss=result.losses[-1][1])
+    if finite is not None:
+        record["finite"] = finite
     if run.method == "trained" and stop_after is None:
         # The NTK of α·(f − f₀) is α² that of f: its relative movement is f's.
         trained = result.net if run.alpha is None else result.net.net
@@ -600,6 +642,12 @@ def format_report(r: dict) -> str:
     else:
         lines.append(f"  trained {rec['losses'][-1][0]} steps in {rec['train_seconds']:.1f} s, final loss "
                      f"{rec['final_loss']:.3e}")
+        if rec.get("finite"):
+            f = rec["finite"]
+            lines.append(f"  finite: {f['tasks']:,} tasks × {f['samples_per_task']} rows, "
+                         f"{format(round(f['epochs'], 2), 'g')} epochs ({f['rows']:,} rows, the kernel "
+                         f"limit's with these --tasks, --samples-per-task and --seed; "
+                         f"{f['supports_covered']}/{f['training_supports']} training supports)")
         if "kernel_movement" in rec:
             lines.append(f"  NTK movement ‖Θ_T − Θ_0‖/‖Θ_0‖ = {rec['kernel_movement']:.3f}")
         if "parameter_movement" in rec:
