@@ -36,6 +36,7 @@ class Bracket:
     stop: str  # "ratio", "seconds" or "nodes"
     seconds: float
     max_slack: float  # the largest rounding margin added to a box's bound
+    tier_boxes: list[int]  # boxes bounded again by each later tier (intermediate "auto": CROWN's)
 
 
 def _scatter_max(values: torch.Tensor, index: torch.Tensor, G: int, fill: float) -> torch.Tensor:
@@ -61,18 +62,36 @@ def ascend(net, task: torch.Tensor, x: torch.Tensor, steps: int = 20, step: floa
     return best_x, best
 
 
-def branch_and_bound(net, groups: torch.Tensor, *, ratio: float = 1.25, seconds: float = 60.0,
-                     max_nodes: int | None = None, batch: int = 512, method: str = "crown",
-                     intermediate: str = "forward", alpha_steps: int = 0, goal: str = "set",
-                     abs_tol: float = 1e-12, ascent_tasks: int = 64, progress=None) -> Bracket:
+def branch_and_bound(
+    net,
+    groups: torch.Tensor,
+    *,
+    ratio: float = 1.25,
+    seconds: float = 60.0,
+    max_nodes: int | None = None,
+    batch: int = 512,
+    method: str = "crown",
+    intermediate: str = "forward",
+    alpha_steps: int = 0,
+    goal: str = "set",
+    abs_tol: float = 1e-12,
+    ascent_tasks: int = 64,
+    progress=None,
+) -> Bracket:
     """The bracket per group (`groups` (T,): each task's group, 0..G−1); see the module docstring.
-    `batch`: boxes bounded per call. `max_nodes`: boxes bounded in all (None: no limit); the roots
+    `batch`: boxes bounded per call. `intermediate`: the hidden units' bounds (bounds.py), or "auto":
+    forward bounds for every box, then CROWN's for the boxes still above their target.
+    `max_nodes`: boxes bounded in all (None: no limit); the roots
     (one per task) are always bounded, so the bracket is always sound and finite."""
     if goal not in ("set", "support"):
         raise ValueError(f"goal must be set or support; got {goal!r}")
     start = time.perf_counter()
     dev = net.Ws.device
-    bounder = Bounder(net, intermediate=intermediate, alpha_steps=alpha_steps)
+    if intermediate == "auto":  # forward bounds everywhere, CROWN's where they leave a box open
+        tiers = [Bounder(net, "forward"), Bounder(net, "crown", alpha_steps=alpha_steps)]
+    else:
+        tiers = [Bounder(net, intermediate=intermediate, alpha_steps=alpha_steps)]
+    tier_boxes = [0] * len(tiers)
     T, I = net.T, net.I
     groups = groups.to(dev)
     G = int(groups.max()) + 1
@@ -96,8 +115,13 @@ def branch_and_bound(net, groups: torch.Tensor, *, ratio: float = 1.25, seconds:
             where[better], best_x[better] = task[at[better]], x[at[better]]
             lower = torch.maximum(lower, new)
 
-    def bound(task, lo, hi):
-        nonlocal nodes, max_slack
+    def target_of(task):
+        """The bound below which a box of these tasks is closed."""
+        t = ratio * (lower[groups[task]] if goal == "support" else lower.max().expand(len(task)))
+        return torch.clamp(t, min=abs_tol)
+
+    def run_tier(bounder, task, lo, hi):
+        nonlocal max_slack
         ups, verts = [], []
         for s in range(0, len(task), batch):
             sl = slice(s, s + batch)
@@ -106,12 +130,23 @@ def branch_and_bound(net, groups: torch.Tensor, *, ratio: float = 1.25, seconds:
             verts.append(r.vertex)
             max_slack = max(max_slack, float(r.slack.max()))
         up, vert = torch.cat(ups), torch.cat(verts)
-        nodes += len(task)
         with torch.no_grad():
-            mid = (lo + hi) / 2
-            pts = torch.cat([mid, vert])
+            pts = torch.cat([(lo + hi) / 2, vert])
             tt = torch.cat([task, task])
             offer(tt, pts, net.forward(tt, pts).abs().max(1).values)
+        return up
+
+    def bound(task, lo, hi):
+        """The boxes' bounds: the first tier's, then each later tier's on the boxes still above their
+        target (the smaller bound holds: both are sound)."""
+        nonlocal nodes, tier_boxes
+        nodes += len(task)
+        up = run_tier(tiers[0], task, lo, hi)
+        for k, bounder in enumerate(tiers[1:], start=1):
+            need = torch.nonzero(up > target_of(task)).flatten()
+            if len(need):
+                up[need] = torch.minimum(up[need], run_tier(bounder, task[need], lo[need], hi[need]))
+                tier_boxes[k] += len(need)
         return up
 
     bar_total = None if max_nodes is None else max_nodes
@@ -130,8 +165,7 @@ def branch_and_bound(net, groups: torch.Tensor, *, ratio: float = 1.25, seconds:
         if len(top) == 0:
             return
         t = torch.cat([task[top], task[top]])
-        r = bounder.bound(task[top], lo[top], hi[top], "ibp") if method == "ibp" else \
-            bounder.bound(task[top], lo[top], hi[top], method)
+        r = tiers[0].bound(task[top], lo[top], hi[top], method)
         x0 = torch.cat([(lo[top] + hi[top]) / 2, r.vertex])
         x, v = ascend(net, t, x0)
         offer(t, x, v)
@@ -140,27 +174,27 @@ def branch_and_bound(net, groups: torch.Tensor, *, ratio: float = 1.25, seconds:
     stop = "ratio"
     rounds = 0
     while True:
-        target = ratio * (lower[groups[task]] if goal == "support" else lower.max().expand(len(task)))
-        done = up <= torch.clamp(target, min=abs_tol)
+        done = up <= target_of(task)
         if done.any():
             closed = torch.maximum(closed, _scatter_max(up[done], groups[task[done]], G, -torch.inf))
             keep = ~done
             task, lo, hi, up = task[keep], lo[keep], hi[keep], up[keep]
         top_up = float(torch.maximum(closed.max(), up.max() if len(up) else closed.max()))
-        bar.set_postfix_str(f"open {len(task)}, bracket [{float(lower.max()):.4g}, {top_up:.4g}]",
-                            refresh=False)
+        bar.set_postfix_str(
+            f"open {len(task)}, bracket [{float(lower.max()):.4g}, {top_up:.4g}]", refresh=False
+        )
         if len(task) == 0:
             stop = "ratio"
             break
         if time.perf_counter() - start >= seconds:
             stop = "seconds"
             break
-        if max_nodes is not None and nodes >= max_nodes:
+        if max_nodes is not None and nodes + 2 > max_nodes:  # a split bounds two boxes
             stop = "nodes"
             break
         n_split = min(len(task), max(1, batch // 2))
         if max_nodes is not None:
-            n_split = max(1, min(n_split, (max_nodes - nodes) // 2))
+            n_split = min(n_split, (max_nodes - nodes) // 2)
         top = torch.topk(up, n_split).indices
         width = hi[top] - lo[top]
         axis = width.argmax(1)
@@ -177,8 +211,12 @@ def branch_and_bound(net, groups: torch.Tensor, *, ratio: float = 1.25, seconds:
         bar.update(2 * n_split)
         keep = torch.ones(len(task), dtype=torch.bool, device=dev)
         keep[top] = False
-        task, lo, hi, up = torch.cat([task[keep], ct]), torch.cat([lo[keep], clo]), \
-            torch.cat([hi[keep], chi]), torch.cat([up[keep], cup])
+        task, lo, hi, up = (
+            torch.cat([task[keep], ct]),
+            torch.cat([lo[keep], clo]),
+            torch.cat([hi[keep], chi]),
+            torch.cat([up[keep], cup]),
+        )
         rounds += 1
         if rounds % 8 == 0:
             climb(task, lo, hi, up)
@@ -186,5 +224,16 @@ def branch_and_bound(net, groups: torch.Tensor, *, ratio: float = 1.25, seconds:
     upper = closed.clone()
     if len(task):
         upper = torch.maximum(upper, _scatter_max(up, groups[task], G, -torch.inf))
-    return Bracket(lower=lower.clamp(min=0.0), upper=upper, where=where, x=best_x, nodes=nodes, splits=splits,
-                   open_boxes=len(task), stop=stop, seconds=time.perf_counter() - start, max_slack=max_slack)
+    return Bracket(
+        lower=lower.clamp(min=0.0),
+        upper=upper,
+        where=where,
+        x=best_x,
+        nodes=nodes,
+        splits=splits,
+        open_boxes=len(task),
+        stop=stop,
+        seconds=time.perf_counter() - start,
+        max_slack=max_slack,
+        tier_boxes=tier_boxes[1:],
+    )

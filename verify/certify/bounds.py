@@ -13,7 +13,8 @@ Bounds per ReLU layer j (pre-activations z_j, B × n_j):
 - `forward`: linear functions of x, A·x + c for the upper and the lower end, pushed forward
   through ReLU relaxations (upper: the chord; lower: slope 0 or 1, whichever keeps more), then
   maximised over the box. It costs (I + 1)/n of a backward pass per layer: cheap at I = 4.
-- `crown`: the backward pass from each unit of the layer (2·n_j rows).
+- `crown`: the forward bounds, then the backward pass from each unit they leave unstable
+  (2 rows a unit; a stable unit's relaxation does not depend on its bounds).
   Intermediate bounds are intersected with IBP's, and with ±m_j (below), all sound.
 The output's bound is always the backward pass (`backward`), from the rows ±e_o of the output:
 the largest of D_o and of −D_o over the box, so the sup norm per output. With `alpha_steps`
@@ -58,6 +59,7 @@ def nextup(t: torch.Tensor) -> torch.Tensor:
 
 # ─── the ReLU relaxation (module-level, so that a test can swap in a wrong one) ─────────────
 
+
 def upper_line(l: torch.Tensor, u: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(s, t) with ReLU(z) ≤ s·z + t on [l, u]: the chord of an unstable unit, z on an active one,
     0 on an inactive one."""
@@ -84,6 +86,7 @@ def bias_term(Lam: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 # ─── the network's constants ─────────────────────────────────────────────────────────────
 
+
 @dataclass
 class Result:
     upper: torch.Tensor  # (B,): the box's bound on max_o |D_o|, margin included
@@ -95,8 +98,9 @@ class Result:
 class Bounder:
     """Bounds of one DiffNet over boxes inside [-1, 1]^I (see the module docstring)."""
 
-    def __init__(self, net: DiffNet, intermediate: str = "forward", alpha_steps: int = 0,
-                 alpha_lr: float = 0.1):
+    def __init__(
+        self, net: DiffNet, intermediate: str = "forward", alpha_steps: int = 0, alpha_lr: float = 0.1
+    ):
         if intermediate not in INTERMEDIATE:
             raise ValueError(f"intermediate must be one of {', '.join(INTERMEDIATE)}; got {intermediate!r}")
         self.net, self.intermediate = net, intermediate
@@ -174,15 +178,34 @@ class Bounder:
         return bounds
 
     def _crown_intermediate(self, W0, b0, d0, lo, hi, ibp) -> list[tuple[torch.Tensor, torch.Tensor]]:
-        bounds = [ibp[0]]
+        """Backward bounds of the units that the forward bounds leave unstable: a stable unit's
+        relaxation is exact (z or 0) whatever its bounds, so only the unstable ones are refined.
+        Each box's unstable units are gathered into 2·k rows (k: the most any box of the batch has)."""
+        first = self._forward(W0, b0, d0, lo, hi, ibp)
+        bounds = [first[0]]
+        B = len(lo)
         for j in range(1, len(self.m)):
-            n = self.m[j].shape[0]
-            eye = torch.eye(n, dtype=lo.dtype, device=lo.device)
-            Lam = torch.cat([eye, -eye]).expand(len(lo), 2 * n, n)
-            val, slack, _ = self.backward(Lam, j, bounds, W0, b0, d0, lo, hi)
+            l, u = first[j]
+            unstable = (l < 0) & (u > 0)
+            k = int(unstable.sum(1).max())
+            if k == 0:
+                bounds.append((l, u))
+                continue
+            idx = torch.topk(unstable.to(lo.dtype), k, dim=1).indices  # (B, k): the unstable ones first
+            valid = torch.gather(unstable, 1, idx)
+            n = l.shape[1]
+            onehot = torch.zeros(B, k, n, dtype=lo.dtype, device=lo.device)
+            onehot.scatter_(2, idx[..., None], 1.0)
+            val, slack, _ = self.backward(torch.cat([onehot, -onehot], dim=1), j, bounds, W0, b0, d0, lo, hi)
             ub = nextup(val + slack)
-            u, l = ub[:, :n], -ub[:, n:]
-            bounds.append(self._clip(j, torch.maximum(l, ibp[j][0]), torch.minimum(u, ibp[j][1])))
+            new_u = torch.where(
+                valid, torch.minimum(ub[:, :k], torch.gather(u, 1, idx)), torch.gather(u, 1, idx)
+            )
+            new_l = torch.where(
+                valid, torch.maximum(-ub[:, k:], torch.gather(l, 1, idx)), torch.gather(l, 1, idx)
+            )
+            u, l = u.scatter(1, idx, new_u), l.scatter(1, idx, new_l)
+            bounds.append(self._clip(j, l, u))
         return bounds
 
     # ── the backward pass ────────────────────────────────────────────────────────────────
@@ -208,8 +231,10 @@ class Bounder:
             slack = slack + gamma(n + 8) * (Lh.abs() @ self.m[j - 1]) + 4 * U * c.abs()
         n0 = W0.shape[1]
         c = c + torch.einsum("brn,bn->br", Lam, b0)
-        slack = slack + (gamma(n0 + 1) * torch.einsum("brn,bn->br", Lam.abs(), W0.abs().sum(2) + b0.abs())
-                         + torch.einsum("brn,bn->br", Lam.abs(), d0))
+        slack = slack + (
+            gamma(n0 + 1) * torch.einsum("brn,bn->br", Lam.abs(), W0.abs().sum(2) + b0.abs())
+            + torch.einsum("brn,bn->br", Lam.abs(), d0)
+        )
         L0 = torch.einsum("brn,bni->bri", Lam, W0)
         val = c + torch.maximum(L0 * hi[:, None, :], L0 * lo[:, None, :]).sum(2)
         slack = (slack + gamma(lo.shape[1] + 2) * (L0.abs().sum(2) + c.abs())) * UP
@@ -228,8 +253,11 @@ class Bounder:
         backward pass, α-optimised when alpha_steps > 0, intersected with IBP's output bounds)."""
         W0, b0, d0 = self.net.first(task)
         O, B = self.net.O, len(task)
-        bounds, out_ibp = self.intermediate_bounds(W0, b0, d0, lo, hi) if method == "crown" else \
-            (None, self.ibp(W0, b0, d0, lo, hi)[-1])
+        bounds, out_ibp = (
+            self.intermediate_bounds(W0, b0, d0, lo, hi)
+            if method == "crown"
+            else (None, self.ibp(W0, b0, d0, lo, hi)[-1])
+        )
         ibp_rows = torch.cat([out_ibp[1], -out_ibp[0]], dim=1)
         if method == "ibp":
             mid = (lo + hi) / 2

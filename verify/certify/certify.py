@@ -37,8 +37,9 @@ def error_at(student, teacher, encoder, z: np.ndarray, x: np.ndarray) -> float:
     return float((f - g).abs().max())
 
 
-def certify_supports(student, teacher, encoder, supports: np.ndarray, *, device: str = "cpu",
-                     **search) -> dict:
+def certify_supports(
+    student, teacher, encoder, supports: np.ndarray, *, device: str = "cpu", **search
+) -> dict:
     """The bracket per support of `supports` (S, K) and over them all; `search` goes to
     bab.branch_and_bound (ratio, seconds, max_nodes, batch, method, intermediate, alpha_steps, goal)."""
     if teacher.weights == "continuous":
@@ -55,11 +56,29 @@ def certify_supports(student, teacher, encoder, supports: np.ndarray, *, device:
         zs, x = z[where[s]], xs[s]
         measured = error_at(student, teacher, encoder, zs, x)  # the networks' own value at the point
         S = row[row >= 0]
-        per_support.append(dict(support=[int(m) for m in S], lower=measured, upper=float(upper[s]),
-                                z=[float(v) for v in zs[S]], x=[float(v) for v in x]))
+        per_support.append(
+            dict(
+                support=[int(m) for m in S],
+                lower=measured,
+                upper=float(upper[s]),
+                z=[float(v) for v in zs[S]],
+                x=[float(v) for v in x],
+            )
+        )
     low = max(p["lower"] for p in per_support)
     up = max(p["upper"] for p in per_support)
-    return dict(lower=low, upper=up, ratio=up / low if low > 0 else math.inf, supports=per_support,
-                tasks=len(z), nodes=br.nodes, splits=br.splits, open_boxes=br.open_boxes, stop=br.stop,
-                seconds=br.seconds, max_margin=br.max_slack,
-                worst=max(per_support, key=lambda p: p["upper"]))
+    return dict(
+        lower=low,
+        upper=up,
+        ratio=up / low if low > 0 else math.inf,
+        supports=per_support,
+        tasks=len(z),
+        nodes=br.nodes,
+        splits=br.splits,
+        open_boxes=br.open_boxes,
+        stop=br.stop,
+        seconds=br.seconds,
+        max_margin=br.max_slack,
+        crown_boxes=sum(br.tier_boxes),
+        worst=max(per_support, key=lambda p: p["upper"]),
+    )

@@ -34,29 +34,66 @@ def ratio_arg(text: str) -> float:
 def build_parser() -> cli.Parser:
     p = cli.Parser("python -m verify.certify", __doc__)
     p.add_argument("run", metavar="RUN", help="a folder written by python -m verify.sgd --save")
-    p.add_argument("--tasks", default="held_out", choices=SIDES,
-                   help="held_out: the held-out supports; all: the training supports too (default held_out)")
-    p.add_argument("--student", metavar="NAME",
-                   help="certify only this student (its row's name, e.g. 'sgd custom'; default every MLP)")
-    p.add_argument("--ratio", type=ratio_arg, default=1.25,
-                   help="stop once upper ≤ this × lower (default 1.25)")
-    p.add_argument("--goal", default="set", choices=("set", "support"),
-                   help="the bracket --ratio asks for: over the whole set, or of every support (default set)")
-    p.add_argument("--seconds", type=positive_float, default=900.0,
-                   help="time budget per student, shared by the sides; the bracket is sound when it runs "
-                        "out (default 900)")
-    p.add_argument("--nodes", type=positive_int, default=None,
-                   help="boxes to bound per student and side at most (default no limit; every task's "
-                        "first box is always bounded)")
-    p.add_argument("--eps", type=positive_float, default=None,
-                   help="a sup error to certify: exit 1 if an error above it is found")
-    p.add_argument("--method", default="crown", choices=("crown", "ibp"),
-                   help="crown: backward linear relaxation; ibp: interval bounds only (default crown)")
-    p.add_argument("--intermediate", default="forward", choices=("forward", "crown", "ibp"),
-                   help="bounds of the hidden units for crown: forward linear bounds (cheap at small I), "
-                        "crown (a backward pass per layer, tighter, slower) or ibp (default forward)")
-    p.add_argument("--alpha-steps", type=non_negative_int, default=0,
-                   help="α-CROWN: Adam steps optimising the lower slopes of each box's bound (default 0)")
+    p.add_argument(
+        "--tasks",
+        default="held_out",
+        choices=SIDES,
+        help="held_out: the held-out supports; all: the training supports too (default held_out)",
+    )
+    p.add_argument(
+        "--student",
+        metavar="NAME",
+        help="certify only this student (its row's name, e.g. 'sgd custom'; default every MLP)",
+    )
+    p.add_argument(
+        "--ratio", type=ratio_arg, default=1.25, help="stop once upper ≤ this × lower (default 1.25)"
+    )
+    p.add_argument(
+        "--goal",
+        default="set",
+        choices=("set", "support"),
+        help="the bracket --ratio asks for: over the whole set, or of every support (default set)",
+    )
+    p.add_argument(
+        "--seconds",
+        type=positive_float,
+        default=900.0,
+        help="time budget per student, shared by the sides; the bracket is sound when it runs "
+        "out (default 900)",
+    )
+    p.add_argument(
+        "--nodes",
+        type=positive_int,
+        default=None,
+        help="boxes to bound per student and side at most (default no limit; every task's "
+        "first box is always bounded)",
+    )
+    p.add_argument(
+        "--eps",
+        type=positive_float,
+        default=None,
+        help="a sup error to certify: exit 1 if an error above it is found",
+    )
+    p.add_argument(
+        "--method",
+        default="crown",
+        choices=("crown", "ibp"),
+        help="crown: backward linear relaxation; ibp: interval bounds only (default crown)",
+    )
+    p.add_argument(
+        "--intermediate",
+        default="auto",
+        choices=("auto", "forward", "crown", "ibp"),
+        help="bounds of the hidden units for crown: forward linear bounds (cheap at small I), "
+        "crown (a backward pass per unstable unit, tighter, slower), ibp, or auto: forward "
+        "for every box, crown for the boxes they leave open (default auto)",
+    )
+    p.add_argument(
+        "--alpha-steps",
+        type=non_negative_int,
+        default=0,
+        help="α-CROWN: Adam steps optimising the lower slopes of each box's bound (default 0)",
+    )
     p.add_argument("--batch", type=positive_int, default=512, help="boxes bounded per call (default 512)")
     p.add_argument("--device", default="cpu", help="cpu, or cuda / cuda:N (default cpu)")
     cli.add_json(p)
@@ -70,8 +107,9 @@ def parse_args(argv):
     if not run.is_dir():
         raise UsageError(f"RUN {args.run!r} is not a folder: give one written by python -m verify.sgd --save")
     if not (run / "report.json").is_file():
-        raise UsageError(f"RUN {args.run!r} holds no report.json: give a folder written by "
-                         "python -m verify.sgd --save")
+        raise UsageError(
+            f"RUN {args.run!r} holds no report.json: give a folder written by python -m verify.sgd --save"
+        )
     cli.check_device(args.device)
     return args
 
@@ -82,31 +120,47 @@ def run(args) -> dict:
 
     saved = load_run(args.run)
     if saved.teacher.weights == "continuous":
-        raise UsageError("continuous weights need the box hull over z, which verify.certify does not build "
-                         "yet; it covers khot and discrete runs")
+        raise UsageError(
+            "continuous weights need the box hull over z, which verify.certify does not build "
+            "yet; it covers khot and discrete runs"
+        )
     students = saved.students
     if args.student is not None:
         if args.student not in students:
             raise UsageError(f"--student {args.student!r}: the run's students are {', '.join(students)}")
         students = {args.student: students[args.student]}
     sides = {"held_out": saved.split.test} | ({"train": saved.split.train} if args.tasks == "all" else {})
-    search = dict(ratio=args.ratio, goal=args.goal, seconds=args.seconds / len(sides), max_nodes=args.nodes,
-                  batch=args.batch, method=args.method, intermediate=args.intermediate,
-                  alpha_steps=args.alpha_steps, progress=False if args.no_progress else None)
+    search = dict(
+        ratio=args.ratio,
+        goal=args.goal,
+        seconds=args.seconds / len(sides),
+        max_nodes=args.nodes,
+        batch=args.batch,
+        method=args.method,
+        intermediate=args.intermediate,
+        alpha_steps=args.alpha_steps,
+        progress=False if args.no_progress else None,
+    )
     out = []
     for name, (student, widths) in students.items():
         entry = dict(network=name, widths=widths, sides={})
         for side, supports in sides.items():
             if len(supports) == 0:
                 continue
-            entry["sides"][side] = certify_supports(student, saved.teacher, saved.encoder, supports,
-                                                    device=args.device, **search)
+            entry["sides"][side] = certify_supports(
+                student, saved.teacher, saved.encoder, supports, device=args.device, **search
+            )
         out.append(entry)
-    report = dict(run=str(args.run), task=saved.report["task"], split=saved.report["split"]["name"],
-                  settings={k: v for k, v in search.items() if k != "progress"} | dict(device=args.device),
-                  students=out, eps=args.eps,
-                  rests_on="CROWN linear bounds over input boxes, every task of each support enumerated; "
-                           "float64 with a proven gamma_n margin per layer (verify/certify/bounds.py)")
+    report = dict(
+        run=str(args.run),
+        task=saved.report["task"],
+        split=saved.report["split"]["name"],
+        settings={k: v for k, v in search.items() if k != "progress"} | dict(device=args.device),
+        students=out,
+        eps=args.eps,
+        rests_on="CROWN linear bounds over input boxes, every task of each support enumerated; "
+        "float64 with a proven gamma_n margin per layer (verify/certify/bounds.py)",
+    )
     if args.eps is not None:
         lows = [s["lower"] for e in out for s in e["sides"].values()]
         ups = [s["upper"] for e in out for s in e["sides"].values()]
@@ -117,25 +171,31 @@ def run(args) -> dict:
 
 def format_report(r: dict) -> str:
     t = r["task"]
-    lines = [f"run {r['run']}: hyperteacher I={t['I']} H={t['H']} O={t['O']} M={t['M']} K={t['K']} "
-             f"weights={t['weights']} encoding={t['encoding']} seed={t['seed']}, split {r['split']}"]
+    lines = [
+        f"run {r['run']}: hyperteacher I={t['I']} H={t['H']} O={t['O']} M={t['M']} K={t['K']} "
+        f"weights={t['weights']} encoding={t['encoding']} seed={t['seed']}, split {r['split']}"
+    ]
     for e in r["students"]:
         lines.append(f"{e['network']} ({'×'.join(map(str, e['widths']))})")
         for side, s in e["sides"].items():
             ratio = "∞" if s["ratio"] == float("inf") else f"{s['ratio']:.3f}×"
-            lines.append(f"  {side:<9} [{s['lower']:.4e}, {s['upper']:.4e}]  {ratio}  "
-                         f"{len(s['supports'])} supports, {s['tasks']:,} tasks, {s['nodes']:,} boxes, "
-                         f"{s['seconds']:.1f} s, stopped by {s['stop']}"
-                         + ("" if s["open_boxes"] == 0 else f" ({s['open_boxes']:,} boxes open)"))
+            lines.append(
+                f"  {side:<9} [{s['lower']:.4e}, {s['upper']:.4e}]  {ratio}  "
+                f"{len(s['supports'])} supports, {s['tasks']:,} tasks, {s['nodes']:,} boxes, "
+                f"{s['seconds']:.1f} s, stopped by {s['stop']}"
+                + ("" if s["open_boxes"] == 0 else f" ({s['open_boxes']:,} boxes open)")
+            )
             worst = sorted(s["supports"], key=lambda p: -p["upper"])[:5]
             for p in worst:
-                lines.append(f"    support {p['support']}: [{p['lower']:.4e}, {p['upper']:.4e}]  "
-                             f"worst z {p['z']}")
+                lines.append(
+                    f"    support {p['support']}: [{p['lower']:.4e}, {p['upper']:.4e}]  worst z {p['z']}"
+                )
             if len(s["supports"]) > 5:
                 lines.append(f"    … {len(s['supports']) - 5} more supports (--json lists them all)")
     if r["eps"] is not None:
-        verdict = ("certified" if r["certified"] else "holds so far (not certified)" if r["holds"]
-                   else "VIOLATED")
+        verdict = (
+            "certified" if r["certified"] else "holds so far (not certified)" if r["holds"] else "VIOLATED"
+        )
         lines.append(f"ε {r['eps']:.3e}: {verdict}")
     lines.append(f"rests on  {r['rests_on']}")
     return "\n".join(lines)

@@ -72,8 +72,15 @@ class DiffNet:
 
     def to(self, device) -> DiffNet:
         move = lambda t: t.to(device)  # noqa: E731
-        return DiffNet(move(self.Ws), move(self.Wt), move(self.b0), move(self.d0),
-                       [(move(W), move(b)) for W, b in self.hidden], move(self.W_out), move(self.b_out))
+        return DiffNet(
+            move(self.Ws),
+            move(self.Wt),
+            move(self.b0),
+            move(self.d0),
+            [(move(W), move(b)) for W, b in self.hidden],
+            move(self.W_out),
+            move(self.b_out),
+        )
 
     def forward(self, task: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
         """D at the points x (B, I) of the tasks `task` (B,), in float64: (B, O)."""
@@ -91,11 +98,18 @@ def linear_layers(student: torch.nn.Module) -> list[tuple[torch.Tensor, torch.Te
     kinds = [type(m) for m in mods]
     want = [torch.nn.Linear, torch.nn.ReLU] * ((len(mods) - 1) // 2) + [torch.nn.Linear]
     if not mods or kinds != want:
-        raise ValueError("only MLP students (nn.Sequential of Linear and ReLU) can be certified, got "
-                         f"{type(student).__name__}")
-    return [(m.weight.detach().to(torch.float64).cpu(),
-             (m.bias.detach() if m.bias is not None else torch.zeros(m.out_features)).to(torch.float64).cpu())
-            for m in mods if isinstance(m, torch.nn.Linear)]
+        raise ValueError(
+            "only MLP students (nn.Sequential of Linear and ReLU) can be certified, got "
+            f"{type(student).__name__}"
+        )
+    return [
+        (
+            m.weight.detach().to(torch.float64).cpu(),
+            (m.bias.detach() if m.bias is not None else torch.zeros(m.out_features)).to(torch.float64).cpu(),
+        )
+        for m in mods
+        if isinstance(m, torch.nn.Linear)
+    ]
 
 
 def diff_net(student: torch.nn.Module, teacher, z: np.ndarray, encoded: np.ndarray) -> DiffNet:

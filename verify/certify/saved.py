@@ -36,41 +36,59 @@ def load_run(folder) -> SavedRun:
     folder = Path(folder)
     path = folder / "report.json"
     if not path.is_file():
-        raise UsageError(f"RUN {str(folder)!r} holds no report.json: give a folder written by "
-                         "`python -m verify.sgd --save DIR`")
+        raise UsageError(
+            f"RUN {str(folder)!r} holds no report.json: give a folder written by "
+            "`python -m verify.sgd --save DIR`"
+        )
     try:
         report = json.loads(path.read_text())
         task, split_info = report["task"], report["split"]
     except (ValueError, KeyError, TypeError):
         raise UsageError(f"{str(path)!r} is not a verify.sgd report") from None
     if report.get("family", "hyperteacher") != "hyperteacher":
-        raise UsageError(f"RUN {str(folder)!r} is a {report['family']} run; only hyperteacher runs can be "
-                         "certified")
+        raise UsageError(
+            f"RUN {str(folder)!r} is a {report['family']} run; only hyperteacher runs can be certified"
+        )
     if report.get("student", "mlp") != "mlp":
-        raise UsageError(f"RUN {str(folder)!r} trained a {report['student']}; only MLP students can be "
-                         "certified")
+        raise UsageError(
+            f"RUN {str(folder)!r} trained a {report['student']}; only MLP students can be certified"
+        )
     encoding = task["encoding"]
-    cfg = HyperteacherConfig(I=task["I"], H=task["H"], O=task["O"], M=task["M"], K=task["K"],
-                             weights=task["weights"], encoding="orthogonal" if encoding == "orthogonal"
-                             else "identity", seed=task["seed"])
+    cfg = HyperteacherConfig(
+        I=task["I"],
+        H=task["H"],
+        O=task["O"],
+        M=task["M"],
+        K=task["K"],
+        weights=task["weights"],
+        encoding="orthogonal" if encoding == "orthogonal" else "identity",
+        seed=task["seed"],
+    )
     teacher = sample_hyperteacher(cfg)
     encoder = make_encoder(encoding, teacher, seed=task["seed"])
     if encoder.stochastic:
-        raise UsageError(f"the {encoding} encoding shows a task through random samples: e(z) is not a "
-                         "function of z, and there is nothing fixed to certify")
+        raise UsageError(
+            f"the {encoding} encoding shows a task through random samples: e(z) is not a "
+            "function of z, and there is nothing fixed to certify"
+        )
     allowed = set(inspect.signature(make_split).parameters) - {"name", "M", "K"}
-    params = {k: (tuple(v) if isinstance(v, list) else v) for k, v in split_info.get("params", {}).items()
-              if k in allowed}
+    params = {
+        k: (tuple(v) if isinstance(v, list) else v)
+        for k, v in split_info.get("params", {}).items()
+        if k in allowed
+    }
     split = make_split(split_info["name"], task["M"], task["K"], **params)
     if (len(split.train), len(split.test)) != (split_info["n_train"], split_info["n_test"]):
-        raise UsageError(f"the split rebuilt from {str(path)!r} has {len(split.train)} / {len(split.test)} "
-                         f"supports, the run recorded {split_info['n_train']} / {split_info['n_test']}")
+        raise UsageError(
+            f"the split rebuilt from {str(path)!r} has {len(split.train)} / {len(split.test)} "
+            f"supports, the run recorded {split_info['n_train']} / {split_info['n_test']}"
+        )
     students = {}
     for row in report.get("rows", []):
         name = row.get("network", "")
         if not name.startswith("sgd ") or not row.get("widths"):
             continue
-        shape = name[len("sgd "):]
+        shape = name[len("sgd ") :]
         pt = folder / f"sgd_{shape}.pt"
         if not pt.is_file():
             raise UsageError(f"RUN {str(folder)!r} lists {name!r} but holds no {pt.name}")
