@@ -69,7 +69,7 @@ def branch_and_bound(
     ratio: float = 1.25,
     seconds: float = 60.0,
     max_nodes: int | None = None,
-    batch: int = 512,
+    batch: int = 2048,
     method: str = "crown",
     intermediate: str = "forward",
     alpha_steps: int = 0,
@@ -92,6 +92,9 @@ def branch_and_bound(
     else:
         tiers = [Bounder(net, intermediate=intermediate, alpha_steps=alpha_steps)]
     tier_boxes = [0] * len(tiers)
+    # Boxes per bounding call: CROWN's intermediate rows take (B, 2n, n) floats, kept near 2^25.
+    widest = max(net.widths)
+    chunk = max(16, min(batch, 2**25 // (2 * widest * widest)))
     T, I = net.T, net.I
     groups = groups.to(dev)
     G = int(groups.max()) + 1
@@ -122,32 +125,34 @@ def branch_and_bound(
 
     def run_tier(bounder, task, lo, hi):
         nonlocal max_slack
-        ups, verts = [], []
-        for s in range(0, len(task), batch):
-            sl = slice(s, s + batch)
+        ups, verts, scores = [], [], []
+        for s in range(0, len(task), chunk):
+            sl = slice(s, s + chunk)
             r = bounder.bound(task[sl], lo[sl], hi[sl], method)
             ups.append(r.upper)
             verts.append(r.vertex)
+            scores.append(r.score)
             max_slack = max(max_slack, float(r.slack.max()))
         up, vert = torch.cat(ups), torch.cat(verts)
         with torch.no_grad():
             pts = torch.cat([(lo + hi) / 2, vert])
             tt = torch.cat([task, task])
             offer(tt, pts, net.forward(tt, pts).abs().max(1).values)
-        return up
+        return up, torch.cat(scores)
 
     def bound(task, lo, hi):
-        """The boxes' bounds: the first tier's, then each later tier's on the boxes still above their
-        target (the smaller bound holds: both are sound)."""
+        """The boxes' bounds and split scores: the first tier's, then each later tier's on the boxes
+        still above their target (the smaller bound holds: both are sound)."""
         nonlocal nodes, tier_boxes
         nodes += len(task)
-        up = run_tier(tiers[0], task, lo, hi)
+        up, score = run_tier(tiers[0], task, lo, hi)
         for k, bounder in enumerate(tiers[1:], start=1):
             need = torch.nonzero(up > target_of(task)).flatten()
             if len(need):
-                up[need] = torch.minimum(up[need], run_tier(bounder, task[need], lo[need], hi[need]))
+                up_k, score[need] = run_tier(bounder, task[need], lo[need], hi[need])
+                up[need] = torch.minimum(up[need], up_k)
                 tier_boxes[k] += len(need)
-        return up
+        return up, score
 
     bar_total = None if max_nodes is None else max_nodes
     from verify.cli import progress as progress_bar
@@ -156,7 +161,7 @@ def branch_and_bound(
     task = torch.arange(T, device=dev)
     lo = -torch.ones(T, I, dtype=torch.float64, device=dev)
     hi = torch.ones(T, I, dtype=torch.float64, device=dev)
-    up = bound(task, lo, hi)
+    up, score = bound(task, lo, hi)
     bar.update(T)
 
     def climb(task, lo, hi, up):
@@ -178,7 +183,7 @@ def branch_and_bound(
         if done.any():
             closed = torch.maximum(closed, _scatter_max(up[done], groups[task[done]], G, -torch.inf))
             keep = ~done
-            task, lo, hi, up = task[keep], lo[keep], hi[keep], up[keep]
+            task, lo, hi, up, score = task[keep], lo[keep], hi[keep], up[keep], score[keep]
         top_up = float(torch.maximum(closed.max(), up.max() if len(up) else closed.max()))
         bar.set_postfix_str(
             f"open {len(task)}, bracket [{float(lower.max()):.4g}, {top_up:.4g}]", refresh=False
@@ -196,8 +201,9 @@ def branch_and_bound(
         if max_nodes is not None:
             n_split = min(n_split, (max_nodes - nodes) // 2)
         top = torch.topk(up, n_split).indices
-        width = hi[top] - lo[top]
-        axis = width.argmax(1)
+        # Split where the bound's linear function varies most across the box (|slope| × width),
+        # the widest side when there is none.
+        axis = torch.where(score[top].amax(1) > 0, score[top].argmax(1), (hi[top] - lo[top]).argmax(1))
         rows = torch.arange(n_split, device=dev)
         mid = (lo[top, axis] + hi[top, axis]) / 2
         lo1, hi1, lo2, hi2 = lo[top].clone(), hi[top].clone(), lo[top].clone(), hi[top].clone()
@@ -206,16 +212,18 @@ def branch_and_bound(
         ct = torch.cat([task[top], task[top]])
         clo, chi = torch.cat([lo1, lo2]), torch.cat([hi1, hi2])
         # A child's bound is also bounded by its parent's (the parent's box holds it).
-        cup = torch.minimum(bound(ct, clo, chi), torch.cat([up[top], up[top]]))
+        cup, cscore = bound(ct, clo, chi)
+        cup = torch.minimum(cup, torch.cat([up[top], up[top]]))
         splits += n_split
         bar.update(2 * n_split)
         keep = torch.ones(len(task), dtype=torch.bool, device=dev)
         keep[top] = False
-        task, lo, hi, up = (
+        task, lo, hi, up, score = (
             torch.cat([task[keep], ct]),
             torch.cat([lo[keep], clo]),
             torch.cat([hi[keep], chi]),
             torch.cat([up[keep], cup]),
+            torch.cat([score[keep], cscore]),
         )
         rounds += 1
         if rounds % 8 == 0:

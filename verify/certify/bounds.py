@@ -93,6 +93,7 @@ class Result:
     rows: torch.Tensor  # (B, 2O): bounds on max D_o (rows < O) and max −D_o (rows ≥ O)
     vertex: torch.Tensor  # (B, I): the box's vertex where the bound's worst row's linear function peaks
     slack: torch.Tensor  # (B,): the largest margin added to a row
+    score: torch.Tensor  # (B, I): per input, |the worst row's slope| × the box's width (where to split)
 
 
 class Bounder:
@@ -262,7 +263,7 @@ class Bounder:
         if method == "ibp":
             mid = (lo + hi) / 2
             zero = torch.zeros(B, dtype=lo.dtype, device=lo.device)
-            return Result(ibp_rows.max(1).values, ibp_rows, mid, zero)
+            return Result(ibp_rows.max(1).values, ibp_rows, mid, zero, hi - lo)
         eye = torch.eye(O, dtype=lo.dtype, device=lo.device)
         Lam = torch.cat([eye, -eye]).expand(B, 2 * O, O)
         k = len(self.m)
@@ -273,7 +274,7 @@ class Bounder:
         worst = rows.argmax(1)
         L = L0[torch.arange(B, device=lo.device), worst]
         vertex = torch.where(L >= 0, hi, lo)
-        return Result(rows.max(1).values, rows, vertex, slack.max(1).values)
+        return Result(rows.max(1).values, rows, vertex, slack.max(1).values, L.abs() * (hi - lo))
 
     def _optimise_alpha(self, Lam, k, bounds, W0, b0, d0, lo, hi):
         """Lower slopes per box, row and unstable unit, by projected Adam on the sum of the rows'

@@ -94,7 +94,9 @@ def build_parser() -> cli.Parser:
         default=0,
         help="α-CROWN: Adam steps optimising the lower slopes of each box's bound (default 0)",
     )
-    p.add_argument("--batch", type=positive_int, default=512, help="boxes bounded per call (default 512)")
+    p.add_argument(
+        "--batch", type=positive_int, default=2048, help="boxes bounded per round of splits (default 2048)"
+    )
     p.add_argument("--device", default="cpu", help="cpu, or cuda / cuda:N (default cpu)")
     cli.add_json(p)
     cli.add_common(p, threads_default="1")
