@@ -276,34 +276,8 @@ def saved_run(tmp_path_factory):
     from verify.learning.sgd_program import main
 
     out = tmp_path_factory.mktemp("certify") / "run"
-    argv = [
-        "--M",
-        "4",
-        "--K",
-        "2",
-        "--I",
-        "2",
-        "--H",
-        "2",
-        "--O",
-        "2",
-        "--steps",
-        "20",
-        "--eval-tasks",
-        "16",
-        "--eval-samples",
-        "4",
-        "--shapes",
-        "custom",
-        "--widths",
-        "6",
-        "6",
-        "--save",
-        str(out),
-        "--no-progress",
-        "--threads",
-        "1",
-    ]
+    sizes = "--M 4 --K 2 --I 2 --H 2 --O 2 --steps 20 --eval-tasks 16 --eval-samples 4"
+    argv = [*sizes.split(), "--shapes", "custom", "--widths", "6", "6", "--save", str(out), "--no-progress"]
     assert main(argv) == 0
     return out
 
@@ -338,6 +312,20 @@ def test_eps_exit_codes(saved_run, capsys):
     assert "VIOLATED" in capsys.readouterr().out
     assert certify_main([str(saved_run), "--eps", "1e3", "--seconds", "5", "--json", "--no-progress"]) == 0
     assert json.loads(capsys.readouterr().out)["certified"] is True
+
+
+def test_continuous_weights_are_refused_for_now(saved_run, tmp_path, capsys):
+    """The box hull over z (McCormick) is not built: a continuous run is a usage error, not a bound."""
+    import shutil
+
+    run = tmp_path / "continuous"
+    shutil.copytree(saved_run, run)
+    report = json.loads((run / "report.json").read_text())
+    report["task"]["weights"] = "continuous"
+    (run / "report.json").write_text(json.dumps(report))
+    assert certify_main([str(run), "--seconds", "1", "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "box hull" in err
 
 
 @pytest.mark.parametrize(

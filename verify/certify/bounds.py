@@ -4,9 +4,11 @@ et al. 2021). Everything is float64 torch on the net's device, batched over boxe
 each with its task); the GPU helps as soon as B is in the hundreds.
 
 Why our own code. auto_LiRPA and α,β-CROWN are the references (CROWN's relaxation, the adaptive
-lower slope, α as a projected-gradient variable); neither is on PyPI as a maintained release
-that installs beside this project's torch, and neither is sound in floating point (both bound
-in float32 or float64 without a rounding margin). Here every bound carries one.
+lower slope, α as a projected-gradient variable). Neither installs beside this project's torch:
+the package index here has auto_LiRPA 0.3 only, which requires torch < 1.13 (checked with pip
+download, 2026-12), and α,β-CROWN is a repository, not a release. Neither is sound in floating
+point either (both bound in float32 or float64 without a rounding margin); here every bound
+carries one. So there is no optional cross-check test against them yet.
 
 Bounds per ReLU layer j (pre-activations z_j, B × n_j):
 - `ibp`: interval arithmetic, W⁺u + W⁻l + b.
