@@ -23,6 +23,11 @@ import torch
 
 from verify.certify.bounds import Bounder
 
+# Floats in CROWN's largest temporary, (boxes, 2n, n), per bounding call. Below glibc's largest mmap
+# threshold (32 MiB), the allocator reuses freed memory; above it, every temporary was a fresh
+# mapping, and the kernel's zeroing of its pages took as much time as the arithmetic (sys ≈ user).
+CHUNK_FLOATS = 2**21
+
 
 @dataclass
 class Bracket:
@@ -92,9 +97,9 @@ def branch_and_bound(
     else:
         tiers = [Bounder(net, intermediate=intermediate, alpha_steps=alpha_steps)]
     tier_boxes = [0] * len(tiers)
-    # Boxes per bounding call: CROWN's intermediate rows take (B, 2n, n) floats, kept near 2^25.
+    # Boxes per bounding call (CHUNK_FLOATS).
     widest = max(net.widths)
-    chunk = max(16, min(batch, 2**25 // (2 * widest * widest)))
+    chunk = max(16, min(batch, CHUNK_FLOATS // (2 * widest * widest)))
     T, I = net.T, net.I
     groups = groups.to(dev)
     G = int(groups.max()) + 1
