@@ -190,7 +190,8 @@ def format_report(r: dict) -> str:
             worst = sorted(s["supports"], key=lambda p: -p["upper"])[:5]
             for p in worst:
                 lines.append(
-                    f"    support {p['support']}: [{p['lower']:.4e}, {p['upper']:.4e}]  worst z {p['z']}"
+                    f"    support {p['support']}: [{p['lower']:.4e}, {p['upper']:.4e}]  "
+                    f"lower end at z {p['z']}"
                 )
             if len(s["supports"]) > 5:
                 lines.append(f"    … {len(s['supports']) - 5} more supports (--json lists them all)")
