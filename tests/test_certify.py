@@ -240,7 +240,12 @@ def test_each_mutant_is_caught(mutant_net, monkeypatch, name):
 
 @pytest.mark.parametrize(
     "stop, kwargs",
-    [("seconds", dict(seconds=1e-9)), ("nodes", dict(max_nodes=14)), ("ratio", dict(ratio=1e6))],
+    [
+        ("seconds", dict(seconds=1e-9)),
+        ("seconds", dict(seconds=1e-9, intermediate="auto")),  # CROWN's tier gets no time at all
+        ("nodes", dict(max_nodes=14)),
+        ("ratio", dict(ratio=1e6)),
+    ],
 )
 def test_every_stop_is_sound(instance, stop, kwargs):
     _, _, z, net, exact = instance
@@ -253,6 +258,8 @@ def test_every_stop_is_sound(instance, stop, kwargs):
         assert br.nodes <= 14 and br.splits > 0
     if stop in ("seconds", "ratio"):
         assert br.nodes == len(z) and br.splits == 0
+    if kwargs.get("intermediate") == "auto":
+        assert br.tier_boxes == [0]
     for t, (best, _, _) in enumerate(exact):
         assert best - MILP_TOL <= float(br.upper[t])
         assert float(br.lower[t]) <= float(br.upper[t])

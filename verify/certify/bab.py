@@ -44,6 +44,14 @@ class Bracket:
     tier_boxes: list[int]  # boxes bounded again by each later tier (intermediate "auto": CROWN's)
 
 
+def _chunk(bounder, net, batch: int) -> int:
+    """Boxes per bounding call (CHUNK_FLOATS): CROWN's intermediate rows take (B, 2n, n) floats, the
+    other bounds (B, n, 2I + 2O)."""
+    n = max(net.widths)
+    per_box = n * (2 * n if bounder.intermediate == "crown" else 2 * net.I + 2 * net.O)
+    return max(16, min(batch, CHUNK_FLOATS // per_box))
+
+
 def _scatter_max(values: torch.Tensor, index: torch.Tensor, G: int, fill: float) -> torch.Tensor:
     out = torch.full((G,), fill, dtype=values.dtype, device=values.device)
     return out.scatter_reduce(0, index, values, reduce="amax", include_self=True)
@@ -97,9 +105,7 @@ def branch_and_bound(
     else:
         tiers = [Bounder(net, intermediate=intermediate, alpha_steps=alpha_steps)]
     tier_boxes = [0] * len(tiers)
-    # Boxes per bounding call (CHUNK_FLOATS).
-    widest = max(net.widths)
-    chunk = max(16, min(batch, CHUNK_FLOATS // (2 * widest * widest)))
+    chunks = [_chunk(b, net, batch) for b in tiers]
     T, I = net.T, net.I
     groups = groups.to(dev)
     G = int(groups.max()) + 1
@@ -128,22 +134,32 @@ def branch_and_bound(
         t = ratio * (lower[groups[task]] if goal == "support" else lower.max().expand(len(task)))
         return torch.clamp(t, min=abs_tol)
 
-    def run_tier(bounder, task, lo, hi):
+    def run_tier(bounder, task, lo, hi, deadline=None):
+        """The tier's bounds of the boxes, chunk by chunk; with a deadline, only the chunks begun
+        before it (the first boxes: the caller orders them), and the rest get inf."""
+        chunk = chunks[tiers.index(bounder)]
         nonlocal max_slack
         ups, verts, scores = [], [], []
         for s in range(0, len(task), chunk):
+            if deadline is not None and time.perf_counter() >= deadline:
+                break
             sl = slice(s, s + chunk)
             r = bounder.bound(task[sl], lo[sl], hi[sl], method)
             ups.append(r.upper)
             verts.append(r.vertex)
             scores.append(r.score)
             max_slack = max(max_slack, float(r.slack.max()))
+        done = sum(len(u) for u in ups)
+        if done == 0:
+            return torch.full((len(task),), torch.inf, dtype=torch.float64, device=dev), hi - lo
         up, vert = torch.cat(ups), torch.cat(verts)
         with torch.no_grad():
-            pts = torch.cat([(lo + hi) / 2, vert])
-            tt = torch.cat([task, task])
+            pts = torch.cat([(lo[:done] + hi[:done]) / 2, vert])
+            tt = torch.cat([task[:done], task[:done]])
             offer(tt, pts, net.forward(tt, pts).abs().max(1).values)
-        return up, torch.cat(scores)
+        rest = len(task) - done
+        up = torch.cat([up, torch.full((rest,), torch.inf, dtype=up.dtype, device=dev)])
+        return up, torch.cat([*scores, (hi - lo)[done:]])
 
     def bound(task, lo, hi):
         """The boxes' bounds and split scores: the first tier's, then each later tier's on the boxes
@@ -152,11 +168,16 @@ def branch_and_bound(
         nodes += len(task)
         up, score = run_tier(tiers[0], task, lo, hi)
         for k, bounder in enumerate(tiers[1:], start=1):
+            # The later tiers refine the boxes above their target, largest bound first, while the time
+            # lasts: the first tier's bound holds for the others.
             need = torch.nonzero(up > target_of(task)).flatten()
+            need = need[torch.argsort(up[need], descending=True)]
             if len(need):
-                up_k, score[need] = run_tier(bounder, task[need], lo[need], hi[need])
+                up_k, score_k = run_tier(bounder, task[need], lo[need], hi[need], deadline=start + seconds)
+                reached = torch.isfinite(up_k)
                 up[need] = torch.minimum(up[need], up_k)
-                tier_boxes[k] += len(need)
+                score[need[reached]] = score_k[reached]
+                tier_boxes[k] += int(reached.sum())
         return up, score
 
     bar_total = None if max_nodes is None else max_nodes
