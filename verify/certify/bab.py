@@ -2,7 +2,8 @@
 tasks (a support, or the whole set), for a DiffNet of many tasks.
 
 Every task starts as one box, [-1, 1]^I. Boxes are bounded in batches (bounds.Bounder), and the
-open boxes with the largest upper ends are split in half along their widest side, best first.
+open boxes with the largest upper ends are split in half, best first, along the side where the
+bound's linear function varies most (|slope| × width).
 A box is closed once its upper end is at most `ratio` × the lower end of its group (`goal`
 "support": its support's; "set": the whole set's), or at most `abs_tol`: refining it cannot
 change whether the bracket is within the ratio. The upper end of a group is the largest upper
