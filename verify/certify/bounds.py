@@ -28,8 +28,9 @@ it holds for the exact-arithmetic network (graph.py's d0 covers the task's compu
 - m_j ≥ |z_j| for every x ∈ [-1, 1]^I and every task: the root box's interval bound, each
   layer's |W|·m + |b| rounded up by (1 + γ_{n+2}). Every bound is clipped to [−m_j, m_j]
   (sound), so every relaxed unit has |l|, |u|, |z| ≤ m_j.
-- A product Λ·W (n_j terms a row: W_j is n_j × n_{j−1}) is off by ≤ γ_{n_j}·|Λ|·|W| (Higham §3.1, any summation order or
-  FMA), so its error's effect on Λ·W·h is ≤ γ_n·|Λ|·(|W|·m). Λ·b likewise.
+- A product Λ·W (n_j terms a row: W_j is n_j × n_{j−1}) is off by ≤ γ_{n_j}·|Λ|·|W| (Higham
+  §3.1, any summation order or FMA), so its error's effect on Λ·W·h is ≤ γ_{n_j}·|Λ|·(|W|·m).
+  Λ·b likewise.
 - The chord s = u/(u − l), t = −s·l as computed lies within 5.1u·m_j of the exact chord on
   [l, u] (|s| ≤ 1, three roundings), and the products pos·s, neg·a, pos·t are off by u·|Λ|·m:
   γ_{n+8}·|Λ|·m per layer covers these and the n-term sums.
