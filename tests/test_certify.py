@@ -321,18 +321,32 @@ def test_eps_exit_codes(saved_run, capsys):
     assert json.loads(capsys.readouterr().out)["certified"] is True
 
 
-def test_continuous_weights_are_refused_for_now(saved_run, tmp_path, capsys):
-    """The box hull over z (McCormick) is not built: a continuous run is a usage error, not a bound."""
+def edited_run(saved_run, folder, edit):
     import shutil
 
-    run = tmp_path / "continuous"
-    shutil.copytree(saved_run, run)
-    report = json.loads((run / "report.json").read_text())
-    report["task"]["weights"] = "continuous"
-    (run / "report.json").write_text(json.dumps(report))
-    assert certify_main([str(run), "--seconds", "1", "--no-progress"]) == 2
+    shutil.copytree(saved_run, folder)
+    report = json.loads((folder / "report.json").read_text())
+    edit(report)
+    (folder / "report.json").write_text(json.dumps(report))
+    return str(folder)
+
+
+def test_continuous_weights_are_refused_for_now(saved_run, tmp_path, capsys):
+    """The box hull over z (McCormick) is not built: a continuous run is a usage error, not a bound."""
+    run = edited_run(saved_run, tmp_path / "continuous", lambda r: r["task"].update(weights="continuous"))
+    assert certify_main([run, "--seconds", "1", "--no-progress"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "box hull" in err
+
+
+def test_a_split_that_does_not_rebuild_is_refused(saved_run, tmp_path, capsys):
+    """The held-out supports are rebuilt from the run's settings and checked against its counts."""
+    run = edited_run(
+        saved_run, tmp_path / "other", lambda r: r["split"].update(n_test=r["split"]["n_test"] + 1)
+    )
+    assert certify_main([run, "--seconds", "1", "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "rebuilt" in err
 
 
 @pytest.mark.parametrize(
