@@ -10,6 +10,36 @@ network has, at a point that is reported. The search stops when upper ≤ --rati
 Exit codes: 0 done (and, with --eps, no error above it was found); 1 with --eps E, an error
 above E was found (lower > E: the ε does not hold); 2 usage error (one line); 3 internal error;
 130 interrupted. With --eps, "certified" means upper ≤ E.
+
+Measured (issue 46's first increment; 1 thread on a 2-core machine shared with 6–8 other
+processes, so about half a core; students of `verify.sgd --I 4 --H 4 --O 4 --seed 1 --shapes
+custom`, held-out supports of the random split, --ratio 1.25, --goal set, the defaults):
+
+    teacher           student, steps   tasks    searched   certified [lower, upper]   boxes      time, stop
+    M 8,  K 2         4×32, 2,000      204      1.54       [2.003, 2.503]   1.25×     91,278     41 s, ratio
+    M 16, K 3         4×32, 3,000      32,094   1.56       [2.798, 9.236]   3.30×     832,862    600 s, budget
+    M 16, K 3         4×256, 5,000     32,094   0.670      [0.535, 1,164]   2,177×    32,094     902 s, budget
+
+("searched": the run's own held-out sup error, a search over 256 sampled tasks.) The lower
+ends beat the search on the 4×32 students (every task enumerated, gradient ascent from each
+bound's worst vertex). The 4×256 student did not get past the first box of every task: the
+forward bounds of all 32,094 roots, then CROWN's on 18,176 of them, in 15 minutes. What limits
+it, on one task of that student (median over 8 boxes of half-width r; the sampled max beside):
+
+    r       sampled max   IBP      forward   CROWN    α-CROWN (20 steps)   CROWN ms/box
+    1       0.24          2,660    1,080     197      184                  66
+    0.25    0.15          706      67        8.5      8.1                  65
+    0.1     0.095         287      5.2       0.32     0.31                 53
+    0.05    0.060         140      0.49      0.085    0.084                31
+
+CROWN is within 1.5× only from r ≈ 0.05: 20⁴ = 160,000 boxes to tile [-1, 1]^4 at that size.
+Branch and bound needs small boxes only where the error comes within the ratio of the largest,
+but over 32,094 tasks that is still of the order of 10⁸–10⁹ box-bounds at 30–60 ms each on one
+(shared) core. The lower slopes (α) are not where the looseness is; the intermediate bounds
+are. The 4×256 run's lower end (0.535) is below the run's searched 0.670 because the budget
+ended before the search had its turn. What would help, in order: a GPU (the bounds are
+batched float64 torch; none was lent to this task), the box hull over z (one 7-dimensional
+search per support instead of 216 four-dimensional ones), and α,β-CROWN-style ReLU splits.
 """
 
 from __future__ import annotations
