@@ -17,6 +17,7 @@ custom`, held-out supports of the random split, --ratio 1.25, --goal set, the de
 
     teacher           student, steps   tasks    searched   certified [lower, upper]   boxes      time, stop
     M 8,  K 2         4×32, 2,000      204      1.54       [2.003, 2.503]   1.25×     91,278     41 s, ratio
+      (training side, --tasks all)     852      1.14       [1.326, 2.566]   1.94×     537,084    200 s, budget
     M 16, K 3         4×32, 3,000      32,094   1.56       [2.798, 9.236]   3.30×     832,862    600 s, budget
     M 16, K 3         4×256, 5,000     32,094   0.670      [0.535, 1,164]   2,177×    32,094     902 s, budget
 
