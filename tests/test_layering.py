@@ -45,6 +45,11 @@ LAYERS = [
      LEARNING_AND_STUDIES - {"verify.learning"}
      | {"verify.images", "verify.learning.sgd_program", "verify.learning.train", "verify.learning.pack",
         "verify.learning.speed"} | OLD_NAMES),
+    # The certification of trained students (verify.certify): it reads the learning side's students
+    # and splits, never the studies or the entry points.
+    ("verify/certify", {"theory", "constructions", "verify"},
+     {"verify.studies", "verify.study", "verify.sgd", "verify.bench", "verify.kernel", "verify.images"}
+     | OLD_NAMES),
     ("verify/studies", {"theory", "constructions", "verify"},
      LEARNING_AND_STUDIES - {"verify.learning", "verify.studies"} | {"verify.images"} | OLD_NAMES),
     # The image experiment sits beside the studies: it may use the learning side and the

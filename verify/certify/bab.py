@@ -1,0 +1,274 @@
+"""Branch and bound over input boxes: a bracket [lower, upper] on sup_x max_o |D_o(x)| per group of
+tasks (a support, or the whole set), for a DiffNet of many tasks.
+
+Every task starts as one box, [-1, 1]^I. Boxes are bounded in batches (bounds.Bounder), and the
+open boxes with the largest upper ends are split in half, best first, along the side where the
+bound's linear function varies most (|slope| × width).
+A box is closed once its upper end is at most `ratio` × the lower end of its group (`goal`
+"support": its support's; "set": the whole set's), or at most `abs_tol`: refining it cannot
+change whether the bracket is within the ratio. The upper end of a group is the largest upper
+end of its boxes, open or closed, so it is sound whenever the search stops: at the ratio, when
+`seconds` have passed, or after `max_nodes` boxes have been bounded (each stop is reported).
+
+The lower end is an error D has: D evaluated at box centres, at the vertex where each box's
+bound peaks, and after a few steps of gradient ascent (signed, on the worst boxes' vertices).
+The caller evaluates the best points again on the student and teacher themselves (certify.py).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import torch
+
+from verify.certify.bounds import Bounder
+
+# Floats in CROWN's largest temporary, (boxes, 2n, n), per bounding call. Below glibc's largest mmap
+# threshold (32 MiB), the allocator reuses freed memory; above it, every temporary was a fresh
+# mapping, and the kernel's zeroing of its pages took as much time as the arithmetic (sys ≈ user).
+CHUNK_FLOATS = 2**21
+
+
+@dataclass
+class Bracket:
+    lower: torch.Tensor  # (G,) per group: the largest |D_o| found
+    upper: torch.Tensor  # (G,) per group: the bound, margin included
+    where: torch.Tensor  # (G,) the task of the lower end
+    x: torch.Tensor  # (G, I) its point
+    nodes: int  # boxes bounded
+    splits: int  # boxes split
+    open_boxes: int  # boxes still open at the stop
+    stop: str  # "ratio", "seconds" or "nodes"
+    seconds: float
+    max_slack: float  # the largest rounding margin added to a box's bound
+    tier_boxes: list[int]  # boxes bounded again by each later tier (intermediate "auto": CROWN's)
+
+
+def _chunk(bounder, net, batch: int) -> int:
+    """Boxes per bounding call (CHUNK_FLOATS): CROWN's intermediate rows take (B, 2n, n) floats, the
+    other bounds (B, n, 2I + 2O)."""
+    n = max(net.widths)
+    per_box = n * (2 * n if bounder.intermediate == "crown" else 2 * net.I + 2 * net.O)
+    return max(16, min(batch, CHUNK_FLOATS // per_box))
+
+
+def _scatter_max(values: torch.Tensor, index: torch.Tensor, G: int, fill: float) -> torch.Tensor:
+    out = torch.full((G,), fill, dtype=values.dtype, device=values.device)
+    return out.scatter_reduce(0, index, values, reduce="amax", include_self=True)
+
+
+def ascend(net, task: torch.Tensor, x: torch.Tensor, steps: int = 20, step: float = 0.05):
+    """A few steps of signed gradient ascent on max_o |D_o| from x (B, I), in [-1, 1]^I, the
+    step shrinking geometrically; returns the best point seen per start and its value."""
+    best_x, best = x.clone(), net.forward(task, x).abs().max(1).values
+    x = x.clone()
+    for k in range(steps):
+        x.requires_grad_(True)
+        value = net.forward(task, x).abs().max(1).values
+        (grad,) = torch.autograd.grad(value.sum(), x)
+        with torch.no_grad():
+            x = (x + step * 0.85**k * grad.sign()).clamp(-1.0, 1.0)
+            v = net.forward(task, x).abs().max(1).values
+            better = v > best
+            best = torch.where(better, v, best)
+            best_x[better] = x[better]
+    return best_x, best
+
+
+def branch_and_bound(
+    net,
+    groups: torch.Tensor,
+    *,
+    ratio: float = 1.25,
+    seconds: float = 60.0,
+    max_nodes: int | None = None,
+    batch: int = 2048,
+    method: str = "crown",
+    intermediate: str = "forward",
+    alpha_steps: int = 0,
+    goal: str = "set",
+    abs_tol: float = 1e-12,
+    ascent_tasks: int = 64,
+    progress=None,
+) -> Bracket:
+    """The bracket per group (`groups` (T,): each task's group, 0..G−1); see the module docstring.
+    `batch`: boxes bounded per call. `intermediate`: the hidden units' bounds (bounds.py), or "auto":
+    forward bounds for every box, then CROWN's for the boxes still above their target.
+    `max_nodes`: boxes bounded in all (None: no limit); the roots
+    (one per task) are always bounded, so the bracket is always sound and finite."""
+    if goal not in ("set", "support"):
+        raise ValueError(f"goal must be set or support; got {goal!r}")
+    start = time.perf_counter()
+    dev = net.Ws.device
+    if intermediate == "auto":  # forward bounds everywhere, CROWN's where they leave a box open
+        tiers = [Bounder(net, "forward"), Bounder(net, "crown", alpha_steps=alpha_steps)]
+    else:
+        tiers = [Bounder(net, intermediate=intermediate, alpha_steps=alpha_steps)]
+    tier_boxes = [0] * len(tiers)
+    chunks = [_chunk(b, net, batch) for b in tiers]
+    T, I = net.T, net.I
+    groups = groups.to(dev)
+    G = int(groups.max()) + 1
+    lower = torch.full((G,), -1.0, dtype=torch.float64, device=dev)  # |D| ≥ 0: any point beats −1
+    where = torch.zeros(G, dtype=torch.long, device=dev)
+    best_x = torch.zeros(G, I, dtype=torch.float64, device=dev)
+    closed = torch.full((G,), -torch.inf, dtype=torch.float64, device=dev)
+    max_slack = 0.0
+    nodes = splits = 0
+
+    def offer(task, x, value):
+        """Points (task, x) with |D| = value: raise their groups' lower ends."""
+        nonlocal lower
+        g = groups[task]
+        new = _scatter_max(value, g, G, -1.0)
+        better = new > lower
+        if better.any():
+            hit = value == new[g]  # the points that reach their group's new maximum
+            at = torch.zeros(G, dtype=torch.long, device=value.device)
+            at.scatter_(0, g[hit], torch.nonzero(hit).flatten())  # one of them per group
+            where[better], best_x[better] = task[at[better]], x[at[better]]
+            lower = torch.maximum(lower, new)
+
+    def target_of(task):
+        """The bound below which a box of these tasks is closed."""
+        t = ratio * (lower[groups[task]] if goal == "support" else lower.max().expand(len(task)))
+        return torch.clamp(t, min=abs_tol)
+
+    def run_tier(bounder, task, lo, hi, deadline=None):
+        """The tier's bounds of the boxes, chunk by chunk; with a deadline, only the chunks begun
+        before it (the first boxes: the caller orders them), and the rest get inf."""
+        chunk = chunks[tiers.index(bounder)]
+        nonlocal max_slack
+        ups, verts, scores = [], [], []
+        for s in range(0, len(task), chunk):
+            if deadline is not None and time.perf_counter() >= deadline:
+                break
+            sl = slice(s, s + chunk)
+            r = bounder.bound(task[sl], lo[sl], hi[sl], method)
+            ups.append(r.upper)
+            verts.append(r.vertex)
+            scores.append(r.score)
+            max_slack = max(max_slack, float(r.slack.max()))
+        done = sum(len(u) for u in ups)
+        if done == 0:
+            return torch.full((len(task),), torch.inf, dtype=torch.float64, device=dev), hi - lo
+        up, vert = torch.cat(ups), torch.cat(verts)
+        with torch.no_grad():
+            pts = torch.cat([(lo[:done] + hi[:done]) / 2, vert])
+            tt = torch.cat([task[:done], task[:done]])
+            offer(tt, pts, net.forward(tt, pts).abs().max(1).values)
+        rest = len(task) - done
+        up = torch.cat([up, torch.full((rest,), torch.inf, dtype=up.dtype, device=dev)])
+        return up, torch.cat([*scores, (hi - lo)[done:]])
+
+    def bound(task, lo, hi):
+        """The boxes' bounds and split scores: the first tier's, then each later tier's on the boxes
+        still above their target (the smaller bound holds: both are sound)."""
+        nonlocal nodes, tier_boxes
+        nodes += len(task)
+        up, score = run_tier(tiers[0], task, lo, hi)
+        for k, bounder in enumerate(tiers[1:], start=1):
+            # The later tiers refine the boxes above their target, largest bound first, while the time
+            # lasts: the first tier's bound holds for the others.
+            need = torch.nonzero(up > target_of(task)).flatten()
+            need = need[torch.argsort(up[need], descending=True)]
+            if len(need):
+                up_k, score_k = run_tier(bounder, task[need], lo[need], hi[need], deadline=start + seconds)
+                reached = torch.isfinite(up_k)
+                up[need] = torch.minimum(up[need], up_k)
+                score[need[reached]] = score_k[reached]
+                tier_boxes[k] += int(reached.sum())
+        return up, score
+
+    bar_total = None if max_nodes is None else max_nodes
+    from verify.cli import progress as progress_bar
+
+    bar = progress_bar(bar_total, "certify (boxes)", progress, unit="box")
+    task = torch.arange(T, device=dev)
+    lo = -torch.ones(T, I, dtype=torch.float64, device=dev)
+    hi = torch.ones(T, I, dtype=torch.float64, device=dev)
+    up, score = bound(task, lo, hi)
+    bar.update(T)
+
+    def climb(task, lo, hi, up):
+        """Gradient ascent from the centres and vertices of the open boxes with the largest bounds."""
+        top = torch.argsort(up, descending=True)[:ascent_tasks]
+        if len(top) == 0:
+            return
+        t = torch.cat([task[top], task[top]])
+        r = tiers[0].bound(task[top], lo[top], hi[top], method)
+        x0 = torch.cat([(lo[top] + hi[top]) / 2, r.vertex])
+        x, v = ascend(net, t, x0)
+        offer(t, x, v)
+
+    climb(task, lo, hi, up)
+    stop = "ratio"
+    rounds = 0
+    while True:
+        done = up <= target_of(task)
+        if done.any():
+            closed = torch.maximum(closed, _scatter_max(up[done], groups[task[done]], G, -torch.inf))
+            keep = ~done
+            task, lo, hi, up, score = task[keep], lo[keep], hi[keep], up[keep], score[keep]
+        top_up = float(torch.maximum(closed.max(), up.max() if len(up) else closed.max()))
+        bar.set_postfix_str(
+            f"open {len(task)}, bracket [{float(lower.max()):.4g}, {top_up:.4g}]", refresh=False
+        )
+        if len(task) == 0:
+            stop = "ratio"
+            break
+        if time.perf_counter() - start >= seconds:
+            stop = "seconds"
+            break
+        if max_nodes is not None and nodes + 2 > max_nodes:  # a split bounds two boxes
+            stop = "nodes"
+            break
+        n_split = min(len(task), max(1, batch // 2))
+        if max_nodes is not None:
+            n_split = min(n_split, (max_nodes - nodes) // 2)
+        top = torch.topk(up, n_split).indices
+        # Split where the bound's linear function varies most across the box (|slope| × width),
+        # the widest side when there is none.
+        axis = torch.where(score[top].amax(1) > 0, score[top].argmax(1), (hi[top] - lo[top]).argmax(1))
+        rows = torch.arange(n_split, device=dev)
+        mid = (lo[top, axis] + hi[top, axis]) / 2
+        lo1, hi1, lo2, hi2 = lo[top].clone(), hi[top].clone(), lo[top].clone(), hi[top].clone()
+        hi1[rows, axis] = mid
+        lo2[rows, axis] = mid
+        ct = torch.cat([task[top], task[top]])
+        clo, chi = torch.cat([lo1, lo2]), torch.cat([hi1, hi2])
+        # A child's bound is also bounded by its parent's (the parent's box holds it).
+        cup, cscore = bound(ct, clo, chi)
+        cup = torch.minimum(cup, torch.cat([up[top], up[top]]))
+        splits += n_split
+        bar.update(2 * n_split)
+        keep = torch.ones(len(task), dtype=torch.bool, device=dev)
+        keep[top] = False
+        task, lo, hi, up, score = (
+            torch.cat([task[keep], ct]),
+            torch.cat([lo[keep], clo]),
+            torch.cat([hi[keep], chi]),
+            torch.cat([up[keep], cup]),
+            torch.cat([score[keep], cscore]),
+        )
+        rounds += 1
+        if rounds % 8 == 0:
+            climb(task, lo, hi, up)
+    bar.close()
+    upper = closed.clone()
+    if len(task):
+        upper = torch.maximum(upper, _scatter_max(up, groups[task], G, -torch.inf))
+    return Bracket(
+        lower=lower.clamp(min=0.0),
+        upper=upper,
+        where=where,
+        x=best_x,
+        nodes=nodes,
+        splits=splits,
+        open_boxes=len(task),
+        stop=stop,
+        seconds=time.perf_counter() - start,
+        max_slack=max_slack,
+        tier_boxes=tier_boxes[1:],
+    )

@@ -1,0 +1,84 @@
+"""A trained MLP student's sup error over a set of supports, certified: per support and over the set,
+a bracket [lower, upper] on sup over x ∈ [-1, 1]^I and the support's tasks z of
+‖f(e(z), x) − g(z, x)‖_∞.
+
+The tasks. With weight levels (khot, discrete) every task of a support is enumerated: each tuple of
+levels on it (6^|S| for discrete), and for each the student minus the teacher is one ReLU network of
+x (graph.py), bounded by branch and bound over x (bab.py). Continuous weights ([0.5, 1] on each
+active module) would need the box hull of z: z enters the teacher's weights linearly, so its
+products with x are bilinear, which McCormick envelopes relax. That is not built yet, and such runs
+are refused.
+
+The lower end is reported as the student and the teacher give it: at the best point the search
+found, f(e(z), x) − g(z, x) evaluated in float64 by the student module and Hyperteacher.forward
+(as verify.exact_sup's lower end is). The upper end is the branch and bound's, with its rounding
+margin (bounds.py).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+
+from verify.certify.bab import branch_and_bound
+from verify.certify.graph import diff_net
+from verify.certify.saved import support_tasks
+
+
+def error_at(student, teacher, encoder, z: np.ndarray, x: np.ndarray) -> float:
+    """max_o |f(e(z), x) − g(z, x)_o| at one point, as the networks give it (float64)."""
+    zt = torch.as_tensor(z[None], dtype=torch.float64)
+    xt = torch.as_tensor(x[None], dtype=torch.float64)
+    with torch.no_grad():
+        f = student(torch.cat([encoder(zt), xt], dim=1))
+        g = teacher.forward(zt, xt)
+    return float((f - g).abs().max())
+
+
+def certify_supports(
+    student, teacher, encoder, supports: np.ndarray, *, device: str = "cpu", **search
+) -> dict:
+    """The bracket per support of `supports` (S, K) and over them all; `search` goes to
+    bab.branch_and_bound (ratio, seconds, max_nodes, batch, method, intermediate, alpha_steps, goal)."""
+    if teacher.weights == "continuous":
+        raise ValueError("continuous weights need the box hull over z (McCormick), which is not built yet")
+    z, rows = support_tasks(supports, teacher.weight_values, teacher.M)
+    with torch.no_grad():
+        encoded = encoder(torch.as_tensor(z)).numpy()
+    net = diff_net(student, teacher, z, encoded).to(device)
+    br = branch_and_bound(net, torch.as_tensor(rows), **search)
+    upper = br.upper.cpu().numpy()
+    where, xs = br.where.cpu().numpy(), br.x.cpu().numpy()
+    per_support = []
+    for s, row in enumerate(supports):
+        zs, x = z[where[s]], xs[s]
+        measured = error_at(student, teacher, encoder, zs, x)  # the networks' own value at the point
+        S = row[row >= 0]
+        per_support.append(
+            dict(
+                support=[int(m) for m in S],
+                lower=measured,
+                upper=float(upper[s]),
+                z=[float(v) for v in zs[S]],
+                x=[float(v) for v in x],
+            )
+        )
+    low = max(p["lower"] for p in per_support)
+    up = max(p["upper"] for p in per_support)
+    return dict(
+        lower=low,
+        upper=up,
+        ratio=up / low if low > 0 else math.inf,
+        supports=per_support,
+        tasks=len(z),
+        nodes=br.nodes,
+        splits=br.splits,
+        open_boxes=br.open_boxes,
+        stop=br.stop,
+        seconds=br.seconds,
+        max_margin=br.max_slack,
+        crown_boxes=sum(br.tier_boxes),
+        worst=max(per_support, key=lambda p: p["upper"]),
+    )
