@@ -130,6 +130,8 @@ USAGE_ROWS = [
     ("paper_figures", ["--seed", "-1"], "seed"),
     ("paper_figures", ["--out", "FILE"], "existing file"),
     ("paper_figures", ["--only", "fig99"], "fig99"),
+    ("verify.certify", ["NOPE"], "NOPE"),
+    ("verify.certify", ["TMP", "--ratio", "0.5"], "ratio"),
 ]
 
 
@@ -149,7 +151,7 @@ def test_bad_input_gets_one_line_and_exit_2(places, module, argv, message):
 
 
 @pytest.mark.parametrize("module", ["verify.bound", "verify.sweep", "verify.sgd", "verify.bench",
-                                    "paper_figures", "verify.study run", "verify.kernel"])
+                                    "paper_figures", "verify.study run", "verify.kernel", "verify.certify"])
 def test_help_answers_without_importing_torch(module):
     proc = subprocess.run([sys.executable, "-X", "importtime", "-m", *module.split(), "--help"],
                           capture_output=True, text=True, timeout=60)
@@ -164,7 +166,7 @@ ASCII_ENV = {**os.environ, "PYTHONIOENCODING": "ascii"}
 
 @pytest.mark.parametrize("module", ["verify.bound", "verify.sweep", "verify.sgd", "verify.bench",
                                     "verify.kernel", "paper_figures", "verify.study run",
-                                    "verify.images train"])
+                                    "verify.images train", "verify.certify"])
 def test_help_survives_an_ascii_stdout(module):
     """The help has ε, √, ×, –: on a stream that cannot encode them it writes them escaped,
     and exits 0 (it was an internal error, exit 3)."""
@@ -321,6 +323,7 @@ README_SECTIONS = {  # CLI module -> the heading of its README section (a ### se
     "verify.images.__main__": "## Analyse an image model: `python -m verify.images`",
     "verify.images.train": "## Analyse an image model: `python -m verify.images`",
     "verify.kernel": "### The kernel limit beside SGD: `python -m verify.kernel`",
+    "verify.certify.command": "### Certify a trained student: `python -m verify.certify`",
 }
 
 
