@@ -407,6 +407,7 @@ def test_the_rotation_check_fails_when_identity_and_orthogonal_kernels_differ():
     same = rotation_check(kernels(1e-10))
     assert same["holds"] is True and len(same["pairs"]) == 6
     assert same["largest"]["largest"] < ROTATION_TOLERANCE
+    assert same["distinct"] == pytest.approx(0.01)  # identity against invertible_nn: what it tells apart
     text = format_markdown(_table(kernels(1e-10)))
     assert "**holds**" in text and "Kernel side: 2 replications across encodings (identity = orthogonal, " \
         "invertible_nn)." in text
@@ -434,6 +435,7 @@ def test_the_committed_kernel_vs_sgd_store_passes_the_rotation_check():
     rot = table["rotation"]
     assert rot["holds"] is True and len(rot["pairs"]) == 6
     assert rot["largest"]["largest"] < ROTATION_TOLERANCE / 100
+    assert rot["distinct"] > ROTATION_TOLERANCE * 100  # distinct kernels are far outside the tolerance
     held_out = max(abs(a["held_out_r2"] - b["held_out_r2"]) for a in table["runs"] for b in table["runs"]
                    if a["method"] in ("ntk", "nngp") and (a["method"], a["seed"]) == (b["method"], b["seed"])
                    and (a["encoding"], b["encoding"]) == ("identity", "orthogonal"))
