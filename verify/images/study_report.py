@@ -84,7 +84,9 @@ from verify import cli
 from verify.learning.records import mean_sd
 from verify.studies import behaviour, verdicts
 from verify.studies.effects import code_of, csv_text, export_runs, hashable, key_cell, store_notes
+from verify.studies.grids import study_plan
 from verify.studies.store import RunStore, reads_report
+from verify.studies.summary import kept_notes
 
 # The settings that make a model's size: runs that differ in them are compared by parameters.
 SIZE_KEYS = ("preset", "channels", "layers_per_block", "text_hidden", "text_layers")
@@ -355,8 +357,6 @@ def effects_table(study: str, scale: str, out: Path, keys: set[str] | None = Non
     with `fingerprint` (the program's code fingerprint), runs made by other or unknown code are
     marked. The verdicts follow `plan`, by default the study file's."""
     if plan is None:
-        from verify.studies.commands import study_plan
-
         plan = study_plan(study, missing_ok=True)
     with RunStore(out / "study.sqlite", readonly=True) as store:
         stored = store.rows()
@@ -441,8 +441,6 @@ def _sensitivity_text(cm: dict) -> str:
 def format_compact(table: dict) -> str:
     """The study's README block (verify.studies.summary): the decodability fits and each
     ladder's verdict (format_markdown's report, less its per-setting table and runs)."""
-    from verify.studies.summary import kept_notes
-
     lines = [_fit_line("across runs (coverage moves both: this is not evidence beyond coverage)",
                        table["correlation"]), _partial_line(table["partial"])]
     for e in table["effects"]:
