@@ -59,20 +59,27 @@ def _scatter_max(values: torch.Tensor, index: torch.Tensor, G: int, fill: float)
 
 
 def ascend(net, task: torch.Tensor, x: torch.Tensor, steps: int = 20, step: float = 0.05):
-    """A few steps of signed gradient ascent on max_o |D_o| from x (B, I), in [-1, 1]^I, the
-    step shrinking geometrically; returns the best point seen per start and its value."""
-    best_x, best = x.clone(), net.forward(task, x).abs().max(1).values
+    """A few steps of signed gradient ascent on max_o |D_o| from x (B, I), in the tasks' root boxes,
+    the step shrinking geometrically; returns the best point seen per start and its value. Values
+    are taken at net.project(task, x), a point of the family (a hull net's z rounded to a level;
+    the gradient passes through the rounding as if it were the identity), and the points returned
+    are projected."""
+    lo, hi = net.root(task)
+
+    def value(x):
+        return net.forward(task, net.project(task, x)).abs().max(1).values
+
+    best_x, best = net.project(task, x).detach().clone(), value(x).detach()
     x = x.clone()
     for k in range(steps):
         x.requires_grad_(True)
-        value = net.forward(task, x).abs().max(1).values
-        (grad,) = torch.autograd.grad(value.sum(), x)
+        (grad,) = torch.autograd.grad(value(x).sum(), x)
         with torch.no_grad():
-            x = (x + step * 0.85**k * grad.sign()).clamp(-1.0, 1.0)
-            v = net.forward(task, x).abs().max(1).values
+            x = torch.minimum(torch.maximum(x + step * 0.85**k * grad.sign(), lo), hi)
+            v = value(x)
             better = v > best
             best = torch.where(better, v, best)
-            best_x[better] = x[better]
+            best_x[better] = net.project(task, x)[better]
     return best_x, best
 
 
@@ -100,7 +107,7 @@ def branch_and_bound(
     if goal not in ("set", "support"):
         raise ValueError(f"goal must be set or support; got {goal!r}")
     start = time.perf_counter()
-    dev = net.Ws.device
+    dev = net.device
     if intermediate == "auto":  # forward bounds everywhere, CROWN's where they leave a box open
         tiers = [Bounder(net, "forward"), Bounder(net, "crown", alpha_steps=alpha_steps)]
     else:
@@ -155,8 +162,8 @@ def branch_and_bound(
             return torch.full((len(task),), torch.inf, dtype=torch.float64, device=dev), hi - lo
         up, vert = torch.cat(ups), torch.cat(verts)
         with torch.no_grad():
-            pts = torch.cat([(lo[:done] + hi[:done]) / 2, vert])
             tt = torch.cat([task[:done], task[:done]])
+            pts = net.project(tt, torch.cat([(lo[:done] + hi[:done]) / 2, vert]))
             offer(tt, pts, net.forward(tt, pts).abs().max(1).values)
         rest = len(task) - done
         up = torch.cat([up, torch.full((rest,), torch.inf, dtype=up.dtype, device=dev)])
@@ -186,8 +193,7 @@ def branch_and_bound(
 
     bar = progress_bar(bar_total, "certify (boxes)", progress, unit="box")
     task = torch.arange(T, device=dev)
-    lo = -torch.ones(T, I, dtype=torch.float64, device=dev)
-    hi = torch.ones(T, I, dtype=torch.float64, device=dev)
+    lo, hi = net.root(task)
     up, score = bound(task, lo, hi)
     bar.update(T)
 

@@ -121,8 +121,7 @@ class Bounder:
     def _magnitudes(self) -> list[torch.Tensor]:
         """m_j ≥ |z_j| over x ∈ [-1, 1]^I and every task, per unit of each ReLU layer."""
         net = self.net
-        row = torch.cat([net.Ws.abs().sum(1).expand(net.T, -1), net.Wt.abs().sum(2)], dim=1)  # |W₀|·1
-        m0 = ((row + net.b0.abs() + net.d0) * (1 + gamma(net.I + 3)) * UP).max(0).values
+        m0 = net.magnitude0() * (1 + gamma(net.I + 3)) * UP
         ms = [m0]
         for W, b in self.shared[:-1]:
             ms.append((W.abs() @ ms[-1] + b.abs()) * (1 + gamma(W.shape[1] + 2)) * UP)
@@ -255,7 +254,7 @@ class Bounder:
         """The bound of max_o |D_o| over each box [lo, hi] ⊂ [-1, 1]^I of the task `task`.
         method: "ibp" (interval bounds only) or "crown" (this Bounder's intermediate bounds, then the
         backward pass, α-optimised when alpha_steps > 0, intersected with IBP's output bounds)."""
-        W0, b0, d0 = self.net.first(task)
+        W0, b0, d0 = self.net.first(task, lo, hi)
         O, B = self.net.O, len(task)
         bounds, out_ibp = (
             self.intermediate_bounds(W0, b0, d0, lo, hi)
