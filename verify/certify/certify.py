@@ -50,7 +50,9 @@ def certify_supports(
     if z not in Z_MODES:
         raise ValueError(f"z must be one of {', '.join(Z_MODES)}; got {z!r}")
     if teacher.weights == "continuous":
-        raise ValueError("continuous weights are not covered yet (a hull's lower end needs a point of their set)")
+        raise ValueError(
+            "continuous weights are not covered yet (a hull's lower end needs a point of their set)"
+        )
     tasks_in = len(support_tasks(supports, teacher.weight_values, teacher.M)[0])
     if z == "hull":
         from verify.certify.hull import hull_net, linear_encoding

@@ -253,6 +253,4 @@ def hull_net(student, teacher, supports: np.ndarray, E: np.ndarray) -> HullNet:
         hidden.append((block, torch.cat([b_j, torch.zeros(H, dtype=torch.float64)])))
     W_L, b_L = rest[-1]
     W_out = torch.cat([W_L, -torch.as_tensor(teacher.A).T], dim=1)
-    return HullNet(
-        Wz, Ws, b1, d_s, C, c, zlo, zhi, torch.as_tensor(levels), K, hidden, W_out, b_L.clone()
-    )
+    return HullNet(Wz, Ws, b1, d_s, C, c, zlo, zhi, torch.as_tensor(levels), K, hidden, W_out, b_L.clone())
