@@ -106,6 +106,15 @@ def build_parser() -> cli.Parser:
         help="a sup error to certify: exit 1 if an error above it is found",
     )
     p.add_argument(
+        "--z",
+        default="enumerate",
+        choices=("enumerate", "hull"),
+        help="the tasks of a support: enumerate every tuple of levels (one search over x per task), "
+        "or hull: one search over the joint box of z (each active weight in [min level, max level]) "
+        "and x, the teacher's z·x terms relaxed (McCormick); identity and orthogonal encodings only "
+        "(default enumerate)",
+    )
+    p.add_argument(
         "--method",
         default="crown",
         choices=("crown", "ibp"),
@@ -157,6 +166,13 @@ def run(args) -> dict:
             "continuous weights need the box hull over z, which verify.certify does not build "
             "yet; it covers khot and discrete runs"
         )
+    if args.z == "hull":
+        from verify.certify.hull import linear_encoding
+
+        try:
+            linear_encoding(saved.encoder, saved.teacher.M)
+        except ValueError as e:
+            raise UsageError(str(e)) from None
     students = saved.students
     if args.student is not None:
         if args.student not in students:
@@ -181,18 +197,23 @@ def run(args) -> dict:
             if len(supports) == 0:
                 continue
             entry["sides"][side] = certify_supports(
-                student, saved.teacher, saved.encoder, supports, device=args.device, **search
+                student, saved.teacher, saved.encoder, supports, device=args.device, z=args.z, **search
             )
         out.append(entry)
     report = dict(
         run=str(args.run),
         task=saved.report["task"],
         split=saved.report["split"]["name"],
-        settings={k: v for k, v in search.items() if k != "progress"} | dict(device=args.device),
+        settings={k: v for k, v in search.items() if k != "progress"} | dict(device=args.device, z=args.z),
         students=out,
         eps=args.eps,
-        rests_on="CROWN linear bounds over input boxes, every task of each support enumerated; "
-        "float64 with a proven gamma_n margin per layer (verify/certify/bounds.py)",
+        rests_on=(
+            "CROWN linear bounds over input boxes, every task of each support enumerated; "
+            if args.z == "enumerate"
+            else "CROWN linear bounds over joint boxes (z, x), z over each support's box hull, the "
+            "teacher's z*x products relaxed by averaged McCormick planes (verify/certify/hull.py); "
+        )
+        + "float64 with a proven gamma_n margin per layer (verify/certify/bounds.py)",
     )
     if args.eps is not None:
         lows = [s["lower"] for e in out for s in e["sides"].values()]
