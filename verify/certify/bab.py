@@ -1,7 +1,8 @@
 """Branch and bound over input boxes: a bracket [lower, upper] on sup_x max_o |D_o(x)| per group of
 tasks (a support, or the whole set), for a DiffNet of many tasks.
 
-Every task starts as one box, [-1, 1]^I. Boxes are bounded in batches (bounds.Bounder), and the
+Every task starts as one box, its net's root (`net.root`: [-1, 1]^I for a DiffNet; a support's
+joint box of weights and x for a HullNet, hull.py). Boxes are bounded in batches (bounds.Bounder), and the
 open boxes with the largest upper ends are split in half, best first, along the side where the
 bound's linear function varies most (|slope| × width).
 A box is closed once its upper end is at most `ratio` × the lower end of its group (`goal`
@@ -10,7 +11,8 @@ change whether the bracket is within the ratio. The upper end of a group is the 
 end of its boxes, open or closed, so it is sound whenever the search stops: at the ratio, when
 `seconds` have passed, or after `max_nodes` boxes have been bounded (each stop is reported).
 
-The lower end is an error D has: D evaluated at box centres, at the vertex where each box's
+The lower end is an error D has at a point of the family (`net.project`: a HullNet's weights
+rounded to the nearest level, so a real task): D evaluated at box centres, at the vertex where each box's
 bound peaks, and after a few steps of gradient ascent (signed, on the worst boxes' vertices).
 The caller evaluates the best points again on the student and teacher themselves (certify.py).
 """

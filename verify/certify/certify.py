@@ -2,12 +2,16 @@
 a bracket [lower, upper] on sup over x ∈ [-1, 1]^I and the support's tasks z of
 ‖f(e(z), x) − g(z, x)‖_∞.
 
-The tasks. With weight levels (khot, discrete) every task of a support is enumerated: each tuple of
-levels on it (6^|S| for discrete), and for each the student minus the teacher is one ReLU network of
-x (graph.py), bounded by branch and bound over x (bab.py). Continuous weights ([0.5, 1] on each
-active module) would need the box hull of z: z enters the teacher's weights linearly, so its
-products with x are bilinear, which McCormick envelopes relax. That is not built yet, and such runs
-are refused.
+The tasks. With weight levels (khot, discrete), z="enumerate" enumerates every task of a support:
+each tuple of levels on it (6^|S| for discrete), and for each the student minus the teacher is one
+ReLU network of x (graph.py), bounded by branch and bound over x (bab.py). z="hull" takes one joint
+box per support instead, the weights over [min level, max level] and x over [-1, 1]^I (hull.py): z
+enters the student linearly (identity and orthogonal encodings) and the teacher bilinearly (z·x),
+relaxed by McCormick planes; branch and bound splits weights and x. Its upper end holds for every
+task of the support (the box holds them all); its lower end is at a real task (weights rounded to
+levels). Continuous weights ([0.5, 1) on each active module, the sum of their excesses below 1)
+lie in the same box, so the hull's upper end would hold for them too, but a lower end needs a
+point of their set: not built yet, and such runs are refused.
 
 The lower end is reported as the student and the teacher give it: at the best point the search
 found, f(e(z), x) − g(z, x) evaluated in float64 by the student module and Hyperteacher.forward

@@ -151,6 +151,22 @@ class HullNet:
         W0, b0, d0 = self.first(task, *self.root(task))
         return (W0.abs().sum(2) + b0.abs() + d0).max(0).values
 
+    def split_gain(self, task, lo, hi, weight):
+        """Per input of each box, 4× what halving it takes off the products' half-widths d_h, each
+        weighted by |the worst row's multiplier| of unit h (`weight` (B, n0)): r_w·r_a halves with
+        ζ_j's side, and r_a loses |W[S_j, i, h]|·side_i/4 when x_i is halved. On the scale of
+        bounds.py's |slope| × width (4× what a halving takes off a linear function's peak)."""
+        K, n_s = self.K, self.Ws.shape[0]
+        r = 1.0 / math.sqrt(K)
+        side = hi - lo
+        C = self.C[task].abs()  # (B, K, H, I)
+        rw = side[:, :K] * r / 2  # (B, K)
+        ra = (C * side[:, None, None, K:]).sum(3) / 2  # (B, K, H)
+        lam = weight[:, n_s:]  # (B, H): the teacher's units
+        g_z = 2 * torch.einsum("bh,bk,bkh->bk", lam, rw, ra)
+        g_x = torch.einsum("bh,bk,bkhi->bi", lam, rw, C) * side[:, K:]
+        return torch.cat([g_z, g_x], 1)
+
     def first(self, task, lo, hi):
         """(W₀ (B, n0, K + I), b₀ (B, n0), d₀ (B, n0)) on the boxes [lo, hi] of the supports `task`:
         layer 0 is within W₀u + b₀ ± d₀ on its box (the module docstring)."""
