@@ -44,6 +44,18 @@ def error_at(student, teacher, encoder, z: np.ndarray, x: np.ndarray) -> float:
 Z_MODES = ("enumerate", "hull")
 
 
+def best_task_at(student, teacher, encoder, row: np.ndarray, x: np.ndarray, z0: np.ndarray) -> np.ndarray:
+    """Of the support's tasks (every tuple of levels) and z0, the one with the largest error at x:
+    the hull's search ends at one point, and its x is often as bad, or worse, at another task."""
+    z, _ = support_tasks(row[None], teacher.weight_values, teacher.M)
+    z = np.concatenate([z0[None], z])
+    zt = torch.as_tensor(z)
+    xt = torch.as_tensor(np.repeat(x[None], len(z), 0))
+    with torch.no_grad():
+        err = (student(torch.cat([encoder(zt), xt], dim=1)) - teacher.forward(zt, xt)).abs().amax(1)
+    return z[int(err.argmax())]
+
+
 def certify_supports(
     student, teacher, encoder, supports: np.ndarray, *, device: str = "cpu", z: str = "enumerate", **search
 ) -> dict:
@@ -80,6 +92,7 @@ def certify_supports(
             x = xs[s][net.K :]
             if not np.isin(zs[S], teacher.weight_values).all():
                 raise AssertionError(f"the hull's lower end is not at a task: z {zs[S]}")
+            zs = best_task_at(student, teacher, encoder, row, x, zs)
         else:
             zs, x = zz[where[s]], xs[s]
         measured = error_at(student, teacher, encoder, zs, x)  # the networks' own value at the point
