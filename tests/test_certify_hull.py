@@ -247,3 +247,22 @@ def test_a_non_linear_encoding_is_refused_for_the_hull(saved_run, tmp_path, caps
     assert certify_main([run, "--z", "hull", "--seconds", "1", "--no-progress"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "linear encoding" in err
+
+
+def test_certify_supports_hull_reports_a_real_task_within_the_exact_sups(hull_instance):
+    """certify_supports(z="hull"): per support, the lower end is the networks' own error at a tuple of
+    levels (at most the support's largest exact sup), the upper end at least every task's."""
+    from constructions.tasks.encodings import make_encoder
+    from verify.certify.certify import certify_supports
+
+    teacher, student, _, z, rows, exact = hull_instance
+    enc = make_encoder("identity", teacher)
+    out = certify_supports(
+        student, teacher, enc, SUPPORTS, z="hull", ratio=1.02, seconds=30, goal="support", progress=False
+    )
+    assert out["tasks"] == len(z) and out["boxes_at_start"] == len(SUPPORTS)
+    for s, p in enumerate(out["supports"]):
+        mine = [t for t in range(len(z)) if rows[t] == s]
+        assert max(exact[t][0] for t in mine) - MILP_TOL <= p["upper"]
+        assert p["lower"] <= max(exact[t][1] for t in mine) + MILP_TOL
+        assert np.isin(p["z"], teacher.weight_values).all()
