@@ -332,7 +332,8 @@ def edited_run(saved_run, folder, edit):
 
 
 def test_continuous_weights_are_refused_for_now(saved_run, tmp_path, capsys):
-    """The box hull over z (McCormick) is not built: a continuous run is a usage error, not a bound."""
+    """A continuous run is a usage error, not a bound: the hull would hold it, but a lower end at a
+    point of its set is not built."""
     run = edited_run(saved_run, tmp_path / "continuous", lambda r: r["task"].update(weights="continuous"))
     assert certify_main([run, "--seconds", "1", "--no-progress"]) == 2
     err = capsys.readouterr().err

@@ -1,7 +1,8 @@
 """Branch and bound over input boxes: a bracket [lower, upper] on sup_x max_o |D_o(x)| per group of
 tasks (a support, or the whole set), for a DiffNet of many tasks.
 
-Every task starts as one box, [-1, 1]^I. Boxes are bounded in batches (bounds.Bounder), and the
+Every task starts as one box, its net's root (`net.root`: [-1, 1]^I for a DiffNet; a support's
+joint box of weights and x for a HullNet, hull.py). Boxes are bounded in batches (bounds.Bounder), and the
 open boxes with the largest upper ends are split in half, best first, along the side where the
 bound's linear function varies most (|slope| × width).
 A box is closed once its upper end is at most `ratio` × the lower end of its group (`goal`
@@ -10,7 +11,8 @@ change whether the bracket is within the ratio. The upper end of a group is the 
 end of its boxes, open or closed, so it is sound whenever the search stops: at the ratio, when
 `seconds` have passed, or after `max_nodes` boxes have been bounded (each stop is reported).
 
-The lower end is an error D has: D evaluated at box centres, at the vertex where each box's
+The lower end is an error D has at a point of the family (`net.project`: a HullNet's weights
+rounded to the nearest level, so a real task): D evaluated at box centres, at the vertex where each box's
 bound peaks, and after a few steps of gradient ascent (signed, on the worst boxes' vertices).
 The caller evaluates the best points again on the student and teacher themselves (certify.py).
 """
@@ -59,20 +61,27 @@ def _scatter_max(values: torch.Tensor, index: torch.Tensor, G: int, fill: float)
 
 
 def ascend(net, task: torch.Tensor, x: torch.Tensor, steps: int = 20, step: float = 0.05):
-    """A few steps of signed gradient ascent on max_o |D_o| from x (B, I), in [-1, 1]^I, the
-    step shrinking geometrically; returns the best point seen per start and its value."""
-    best_x, best = x.clone(), net.forward(task, x).abs().max(1).values
+    """A few steps of signed gradient ascent on max_o |D_o| from x (B, I), in the tasks' root boxes,
+    the step shrinking geometrically; returns the best point seen per start and its value. Values
+    are taken at net.project(task, x), a point of the family (a hull net's z rounded to a level;
+    the gradient passes through the rounding as if it were the identity), and the points returned
+    are projected."""
+    lo, hi = net.root(task)
+
+    def value(x):
+        return net.forward(task, net.project(task, x)).abs().max(1).values
+
+    best_x, best = net.project(task, x).detach().clone(), value(x).detach()
     x = x.clone()
     for k in range(steps):
         x.requires_grad_(True)
-        value = net.forward(task, x).abs().max(1).values
-        (grad,) = torch.autograd.grad(value.sum(), x)
+        (grad,) = torch.autograd.grad(value(x).sum(), x)
         with torch.no_grad():
-            x = (x + step * 0.85**k * grad.sign()).clamp(-1.0, 1.0)
-            v = net.forward(task, x).abs().max(1).values
+            x = torch.minimum(torch.maximum(x + step * 0.85**k * grad.sign(), lo), hi)
+            v = value(x)
             better = v > best
             best = torch.where(better, v, best)
-            best_x[better] = x[better]
+            best_x[better] = net.project(task, x)[better]
     return best_x, best
 
 
@@ -100,7 +109,7 @@ def branch_and_bound(
     if goal not in ("set", "support"):
         raise ValueError(f"goal must be set or support; got {goal!r}")
     start = time.perf_counter()
-    dev = net.Ws.device
+    dev = net.device
     if intermediate == "auto":  # forward bounds everywhere, CROWN's where they leave a box open
         tiers = [Bounder(net, "forward"), Bounder(net, "crown", alpha_steps=alpha_steps)]
     else:
@@ -155,8 +164,8 @@ def branch_and_bound(
             return torch.full((len(task),), torch.inf, dtype=torch.float64, device=dev), hi - lo
         up, vert = torch.cat(ups), torch.cat(verts)
         with torch.no_grad():
-            pts = torch.cat([(lo[:done] + hi[:done]) / 2, vert])
             tt = torch.cat([task[:done], task[:done]])
+            pts = net.project(tt, torch.cat([(lo[:done] + hi[:done]) / 2, vert]))
             offer(tt, pts, net.forward(tt, pts).abs().max(1).values)
         rest = len(task) - done
         up = torch.cat([up, torch.full((rest,), torch.inf, dtype=up.dtype, device=dev)])
@@ -186,8 +195,7 @@ def branch_and_bound(
 
     bar = progress_bar(bar_total, "certify (boxes)", progress, unit="box")
     task = torch.arange(T, device=dev)
-    lo = -torch.ones(T, I, dtype=torch.float64, device=dev)
-    hi = torch.ones(T, I, dtype=torch.float64, device=dev)
+    lo, hi = net.root(task)
     up, score = bound(task, lo, hi)
     bar.update(T)
 

@@ -121,8 +121,7 @@ class Bounder:
     def _magnitudes(self) -> list[torch.Tensor]:
         """m_j ≥ |z_j| over x ∈ [-1, 1]^I and every task, per unit of each ReLU layer."""
         net = self.net
-        row = torch.cat([net.Ws.abs().sum(1).expand(net.T, -1), net.Wt.abs().sum(2)], dim=1)  # |W₀|·1
-        m0 = ((row + net.b0.abs() + net.d0) * (1 + gamma(net.I + 3)) * UP).max(0).values
+        m0 = net.magnitude0() * (1 + gamma(net.I + 3)) * UP
         ms = [m0]
         for W, b in self.shared[:-1]:
             ms.append((W.abs() @ ms[-1] + b.abs()) * (1 + gamma(W.shape[1] + 2)) * UP)
@@ -214,10 +213,11 @@ class Bounder:
 
     # ── the backward pass ────────────────────────────────────────────────────────────────
 
-    def backward(self, Lam, k, bounds, W0, b0, d0, lo, hi, alphas=None):
+    def backward(self, Lam, k, bounds, W0, b0, d0, lo, hi, alphas=None, with_lam0=False):
         """(value, slack, L₀) with Λ·z_k ≤ value + slack on the box, per row: Λ (B, R, n_k) on the
         pre-activations of ReLU layer k ≥ 1, or on the output (k = number of ReLU layers).
-        L₀ (B, R, I) is the bound's linear function of x."""
+        L₀ (B, R, I) is the bound's linear function of x. with_lam0: and the rows' multipliers of
+        layer 0's units (B, R, n0), last."""
         c = torch.zeros(Lam.shape[:2], dtype=Lam.dtype, device=Lam.device)
         slack = torch.zeros_like(c)
         for j in range(k, 0, -1):
@@ -242,7 +242,7 @@ class Bounder:
         L0 = torch.einsum("brn,bni->bri", Lam, W0)
         val = c + torch.maximum(L0 * hi[:, None, :], L0 * lo[:, None, :]).sum(2)
         slack = (slack + gamma(lo.shape[1] + 2) * (L0.abs().sum(2) + c.abs())) * UP
-        return val, slack, L0
+        return (val, slack, L0, Lam) if with_lam0 else (val, slack, L0)
 
     def intermediate_bounds(self, W0, b0, d0, lo, hi):
         ibp = self.ibp(W0, b0, d0, lo, hi)
@@ -255,7 +255,7 @@ class Bounder:
         """The bound of max_o |D_o| over each box [lo, hi] ⊂ [-1, 1]^I of the task `task`.
         method: "ibp" (interval bounds only) or "crown" (this Bounder's intermediate bounds, then the
         backward pass, α-optimised when alpha_steps > 0, intersected with IBP's output bounds)."""
-        W0, b0, d0 = self.net.first(task)
+        W0, b0, d0 = self.net.first(task, lo, hi)
         O, B = self.net.O, len(task)
         bounds, out_ibp = (
             self.intermediate_bounds(W0, b0, d0, lo, hi)
@@ -272,12 +272,16 @@ class Bounder:
         k = len(self.m)
         alphas = self._optimise_alpha(Lam, k, bounds, W0, b0, d0, lo, hi) if self.alpha_steps else None
         with torch.no_grad():
-            val, slack, L0 = self.backward(Lam, k, bounds, W0, b0, d0, lo, hi, alphas)
+            val, slack, L0, lam0 = self.backward(Lam, k, bounds, W0, b0, d0, lo, hi, alphas, with_lam0=True)
             rows = torch.minimum(nextup(val + slack), ibp_rows)
         worst = rows.argmax(1)
-        L = L0[torch.arange(B, device=lo.device), worst]
+        at = torch.arange(B, device=lo.device)
+        L = L0[at, worst]
         vertex = torch.where(L >= 0, hi, lo)
-        return Result(rows.max(1).values, rows, vertex, slack.max(1).values, L.abs() * (hi - lo))
+        score = L.abs() * (hi - lo)
+        if hasattr(self.net, "split_gain"):  # a hull net: what a split takes off the products' relaxation
+            score = score + self.net.split_gain(task, lo, hi, lam0[at, worst].abs())
+        return Result(rows.max(1).values, rows, vertex, slack.max(1).values, score)
 
     def _optimise_alpha(self, Lam, k, bounds, W0, b0, d0, lo, hi):
         """Lower slopes per box, row and unstable unit, by projected Adam on the sum of the rows'

@@ -2,12 +2,16 @@
 a bracket [lower, upper] on sup over x ∈ [-1, 1]^I and the support's tasks z of
 ‖f(e(z), x) − g(z, x)‖_∞.
 
-The tasks. With weight levels (khot, discrete) every task of a support is enumerated: each tuple of
-levels on it (6^|S| for discrete), and for each the student minus the teacher is one ReLU network of
-x (graph.py), bounded by branch and bound over x (bab.py). Continuous weights ([0.5, 1] on each
-active module) would need the box hull of z: z enters the teacher's weights linearly, so its
-products with x are bilinear, which McCormick envelopes relax. That is not built yet, and such runs
-are refused.
+The tasks. With weight levels (khot, discrete), z="enumerate" enumerates every task of a support:
+each tuple of levels on it (6^|S| for discrete), and for each the student minus the teacher is one
+ReLU network of x (graph.py), bounded by branch and bound over x (bab.py). z="hull" takes one joint
+box per support instead, the weights over [min level, max level] and x over [-1, 1]^I (hull.py): z
+enters the student linearly (identity and orthogonal encodings) and the teacher bilinearly (z·x),
+relaxed by McCormick planes; branch and bound splits weights and x. Its upper end holds for every
+task of the support (the box holds them all); its lower end is at a real task (weights rounded to
+levels). Continuous weights ([0.5, 1) on each active module, the sum of their excesses below 1)
+lie in the same box, so the hull's upper end would hold for them too, but a lower end needs a
+point of their set: not built yet, and such runs are refused.
 
 The lower end is reported as the student and the teacher give it: at the best point the search
 found, f(e(z), x) − g(z, x) evaluated in float64 by the student module and Hyperteacher.forward
@@ -37,23 +41,60 @@ def error_at(student, teacher, encoder, z: np.ndarray, x: np.ndarray) -> float:
     return float((f - g).abs().max())
 
 
+Z_MODES = ("enumerate", "hull")
+
+
+def best_task_at(student, teacher, encoder, row: np.ndarray, x: np.ndarray, z0: np.ndarray) -> np.ndarray:
+    """Of the support's tasks (every tuple of levels) and z0, the one with the largest error at x:
+    the hull's search ends at one point, and its x is often as bad, or worse, at another task."""
+    z, _ = support_tasks(row[None], teacher.weight_values, teacher.M)
+    z = np.concatenate([z0[None], z])
+    zt = torch.as_tensor(z)
+    xt = torch.as_tensor(np.repeat(x[None], len(z), 0))
+    with torch.no_grad():
+        err = (student(torch.cat([encoder(zt), xt], dim=1)) - teacher.forward(zt, xt)).abs().amax(1)
+    return z[int(err.argmax())]
+
+
 def certify_supports(
-    student, teacher, encoder, supports: np.ndarray, *, device: str = "cpu", **search
+    student, teacher, encoder, supports: np.ndarray, *, device: str = "cpu", z: str = "enumerate", **search
 ) -> dict:
     """The bracket per support of `supports` (S, K) and over them all; `search` goes to
-    bab.branch_and_bound (ratio, seconds, max_nodes, batch, method, intermediate, alpha_steps, goal)."""
+    bab.branch_and_bound (ratio, seconds, max_nodes, batch, method, intermediate, alpha_steps, goal).
+    z: "enumerate" every task of each support (one box of x per task), or "hull": one joint box
+    (ζ, x) per support, z over the box hull of its tasks (hull.py; linear encodings only)."""
+    if z not in Z_MODES:
+        raise ValueError(f"z must be one of {', '.join(Z_MODES)}; got {z!r}")
     if teacher.weights == "continuous":
-        raise ValueError("continuous weights need the box hull over z (McCormick), which is not built yet")
-    z, rows = support_tasks(supports, teacher.weight_values, teacher.M)
-    with torch.no_grad():
-        encoded = encoder(torch.as_tensor(z)).numpy()
-    net = diff_net(student, teacher, z, encoded).to(device)
-    br = branch_and_bound(net, torch.as_tensor(rows), **search)
+        raise ValueError(
+            "continuous weights are not covered yet (a hull's lower end needs a point of their set)"
+        )
+    tasks_in = len(support_tasks(supports, teacher.weight_values, teacher.M)[0])
+    if z == "hull":
+        from verify.certify.hull import hull_net, linear_encoding
+
+        net = hull_net(student, teacher, supports, linear_encoding(encoder, teacher.M)).to(device)
+        br = branch_and_bound(net, torch.arange(len(supports)), **search)
+    else:
+        zz, rows = support_tasks(supports, teacher.weight_values, teacher.M)
+        with torch.no_grad():
+            encoded = encoder(torch.as_tensor(zz)).numpy()
+        net = diff_net(student, teacher, zz, encoded).to(device)
+        br = branch_and_bound(net, torch.as_tensor(rows), **search)
     upper = br.upper.cpu().numpy()
     where, xs = br.where.cpu().numpy(), br.x.cpu().numpy()
     per_support = []
     for s, row in enumerate(supports):
-        zs, x = z[where[s]], xs[s]
+        if z == "hull":  # the joint point (ζ, x), ζ already a tuple of levels (bab.py projects)
+            S = row[row >= 0]
+            zs = np.zeros(teacher.M)
+            zs[S] = xs[s][: len(S)]
+            x = xs[s][net.K :]
+            if not np.isin(zs[S], teacher.weight_values).all():
+                raise AssertionError(f"the hull's lower end is not at a task: z {zs[S]}")
+            zs = best_task_at(student, teacher, encoder, row, x, zs)
+        else:
+            zs, x = zz[where[s]], xs[s]
         measured = error_at(student, teacher, encoder, zs, x)  # the networks' own value at the point
         S = row[row >= 0]
         per_support.append(
@@ -72,7 +113,8 @@ def certify_supports(
         upper=up,
         ratio=up / low if low > 0 else math.inf,
         supports=per_support,
-        tasks=len(z),
+        tasks=tasks_in,
+        boxes_at_start=net.T,
         nodes=br.nodes,
         splits=br.splits,
         open_boxes=br.open_boxes,

@@ -60,8 +60,28 @@ class DiffNet:
     def widths(self) -> list[int]:
         return [self.b0.shape[1]] + [len(b) for _, b in self.hidden]
 
-    def first(self, task: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """(W₀ (B, n0, I), b₀ (B, n0), d₀ (B, n0)) of the tasks `task` (B,)."""
+    @property
+    def device(self):
+        return self.Ws.device
+
+    def root(self, task: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The tasks' whole input boxes: [-1, 1]^I each."""
+        one = torch.ones(len(task), self.I, dtype=torch.float64, device=self.device)
+        return -one, one
+
+    def project(self, task: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        """A point of the family for each input point: x itself (the task is fixed)."""
+        return x
+
+    def magnitude0(self) -> torch.Tensor:
+        """Per layer-0 unit, a bound on |W₀x + b₀| + d₀ over every task and x ∈ [-1, 1]^I
+        (not yet rounded up: bounds.py does)."""
+        row = torch.cat([self.Ws.abs().sum(1).expand(self.T, -1), self.Wt.abs().sum(2)], dim=1)  # |W₀|·1
+        return (row + self.b0.abs() + self.d0).max(0).values
+
+    def first(self, task: torch.Tensor, lo=None, hi=None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(W₀ (B, n0, I), b₀ (B, n0), d₀ (B, n0)) of the tasks `task` (B,); the same on every box
+        (lo, hi: unused here, a hull net's layer 0 depends on them)."""
         B = len(task)
         W0 = torch.cat([self.Ws.expand(B, *self.Ws.shape), self.Wt[task]], dim=1)
         return W0, self.b0[task], self.d0[task]
