@@ -15,7 +15,7 @@ every method's run of one seed is paired with the others' of that seed):
   with a negative one, "not resolved" otherwise.
 The limit is the stored NTK fit at its row budget (the study's `tasks` × `samples_per_task`
 rows): its ladder along x per task need not have settled, and it is not extrapolated along
-tasks (`python -m verify.kernel --max-tasks` gives that ladder), so "above the limit" says the
+tasks (verify.kernel's `--max-tasks` gives that ladder), so "above the limit" says the
 network beats the kernel on that many rows, not that feature learning is needed.
 
 No trend-in-width test: the NTK limit is one number a seed, so the per-seed slope of
@@ -243,7 +243,7 @@ def effects_table(study: str, scale: str, out: Path, keys: set[str] | None = Non
                  if r["status"] == "done" and r["report"]["record"].get("ladder_settled") is False]
     notes = [f"{len(unsettled)} kernel limits' ladders along x per task did not settle (their held-out R² "
              "still moved by ≥ 0.005 at the last doubling): each is its fit at its row budget, neither "
-             "settled nor extrapolated; `python -m verify.kernel --max-tasks` gives the ladder along tasks"
+             "settled nor extrapolated; verify.kernel's `--max-tasks` gives the ladder along tasks"
              ] if unsettled else []
     notes += store_notes(study, scale, n_done=len(done), n_failed=len(failed), n_stale=len(stale),
                         n_old=len(stored) - len(runs), keys=keys)
@@ -277,7 +277,7 @@ def limit_text(table: dict) -> str:
         f"; its ladder along x per task still moved held-out R² by {moved['mean']:+.3f} on average "
         f"({low:+.3f} to {high:+.3f}) at its last doubling")
     return (f"The NTK limit here is the stored fit at its row budget ({_rows_text(lim)}){still}. It is "
-            "neither a settled nor an extrapolated limit: `python -m verify.kernel --max-tasks` gives the "
+            "neither a settled nor an extrapolated limit: verify.kernel's `--max-tasks` gives the "
             "ladder along tasks")
 
 
@@ -322,7 +322,7 @@ def conclusion(table: dict) -> str:
             "mixes feature learning with the kernel's data budget (the networks see fresh tasks every step). "
             f"The lazy limit comes within trained − NTK = {'; '.join(closest) or '—'} of the widest network. "
             "What would settle it: the kernel limit along tasks, settled or extrapolated with an interval "
-            "(`python -m verify.kernel --max-tasks`), against which trained − limit is tested per width with "
+            "(verify.kernel's `--max-tasks`), against which trained − limit is tested per width with "
             "Holm, and the networks trained on the kernel's own finite rows (`--data finite`).")
 
 
