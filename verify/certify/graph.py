@@ -164,6 +164,14 @@ def diff_net(student: torch.nn.Module, teacher, z: np.ndarray, encoded: np.ndarr
     zabs = torch.as_tensor(np.abs(z)) / math.sqrt(K)
     d_t = gamma(teacher.M + 4) * (torch.einsum("tm,mih->th", zabs, W.abs()) + zabs @ b.abs()) * up
     d0 = torch.cat([d_s, d_t], dim=1)
+    hidden, W_out, b_out = stacked_layers(rest, teacher, H)
+    return DiffNet(Ws, Wt, b0, d0, hidden, W_out, b_out)
+
+
+def stacked_layers(rest, teacher, H: int):
+    """The layers after the first of student − teacher as one network: each hidden layer of the
+    student beside an identity that carries the teacher's H units (post-ReLU, so unchanged), and
+    an output layer that subtracts the teacher's readout A. (hidden [(W, b)], W_out, b_out)."""
     hidden = []
     for W_j, b_j in rest[:-1]:
         n_out, n_in = W_j.shape
@@ -171,5 +179,4 @@ def diff_net(student: torch.nn.Module, teacher, z: np.ndarray, encoded: np.ndarr
         block[:n_out, :n_in], block[n_out:, n_in:] = W_j, torch.eye(H, dtype=torch.float64)
         hidden.append((block, torch.cat([b_j, torch.zeros(H, dtype=torch.float64)])))
     W_L, b_L = rest[-1]
-    W_out = torch.cat([W_L, -torch.as_tensor(teacher.A).T], dim=1)
-    return DiffNet(Ws, Wt, b0, d0, hidden, W_out, b_L.clone())
+    return hidden, torch.cat([W_L, -torch.as_tensor(teacher.A).T], dim=1), b_L.clone()

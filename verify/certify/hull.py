@@ -52,7 +52,7 @@ import torch
 
 from theory.bounds import gamma
 from verify.certify.bounds import UP, U, nextup
-from verify.certify.graph import linear_layers
+from verify.certify.graph import linear_layers, stacked_layers
 
 
 def nextdown(t: torch.Tensor) -> torch.Tensor:
@@ -261,12 +261,5 @@ def hull_net(student, teacher, supports: np.ndarray, E: np.ndarray) -> HullNet:
         C[s, :k] = Wt[mods].transpose(1, 2)
         c[s, :k] = bt[mods]
         zlo[s, :k], zhi[s, :k] = float(levels.min()), float(levels.max())
-    hidden = []
-    for W_j, b_j in rest[:-1]:
-        n_out, n_in = W_j.shape
-        block = torch.zeros(n_out + H, n_in + H, dtype=torch.float64)
-        block[:n_out, :n_in], block[n_out:, n_in:] = W_j, torch.eye(H, dtype=torch.float64)
-        hidden.append((block, torch.cat([b_j, torch.zeros(H, dtype=torch.float64)])))
-    W_L, b_L = rest[-1]
-    W_out = torch.cat([W_L, -torch.as_tensor(teacher.A).T], dim=1)
-    return HullNet(Wz, Ws, b1, d_s, C, c, zlo, zhi, torch.as_tensor(levels), K, hidden, W_out, b_L.clone())
+    hidden, W_out, b_out = stacked_layers(rest, teacher, H)
+    return HullNet(Wz, Ws, b1, d_s, C, c, zlo, zhi, torch.as_tensor(levels), K, hidden, W_out, b_out)
