@@ -278,7 +278,8 @@ def test_support_effects_are_called_against_random_and_a_disagreement_is_reporte
     rows = [dict(split=split, network="custom", held_out_r2_mean=sum(v) / 3, held_out_r2_sd=0.01, runs=3,
                  family="hyperteacher", effect_metric="held_out_r2", **FIT) for split, v in values.items()]
     seed_values = {id(r): dict(enumerate(values[r["split"]], 1)) for r in rows}
-    seed_values |= {(id(r), "train"): dict(enumerate((0.995, 0.995, 0.995), 1)) for r in rows}
+    seed_values |= {(id(r), side): dict(enumerate((0.995, 0.995, 0.995), 1)) for r in rows
+                    for side in ("train", "train_headline")}
     notes = []
     _claim_effects(rows, ["split"], notes, study.study_plan("task-support"), seed_values)
     by = {r["split"]: r for r in rows}
@@ -303,7 +304,8 @@ def test_a_claim_on_another_setting_compares_its_treatment_with_its_control_in_e
     rows = [dict(M=M, held_out=h, network="custom", held_out_r2_mean=sum(v) / 3, family="hyperteacher",
                  effect_metric="held_out_r2", **FIT) for (M, h), v in values.items()]
     seed_values = {id(r): dict(enumerate(values[r["M"], r["held_out"]], 1)) for r in rows}
-    seed_values |= {(id(r), "train"): dict(enumerate((0.995, 0.995, 0.995), 1)) for r in rows}
+    seed_values |= {(id(r), side): dict(enumerate((0.995, 0.995, 0.995), 1)) for r in rows
+                    for side in ("train", "train_headline")}
     notes = []
     # The study's claim in a fixed design (its file adds a sequential plan: tests/test_staged.py).
     fixed = dataclasses.replace(study.study_plan("scaling-data"), looks=None)

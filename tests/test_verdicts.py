@@ -342,18 +342,24 @@ def test_a_log_unexplained_claim_tests_the_ratio_of_unexplained_variance():
         one([1.0, 0.9], [0.9, 0.8], claim)
 
 
-def _fit_table(train_treatment, train_control):
-    """A two-row table as effects.py builds it, the held-out gain the same in both cases."""
+def _fit_table(train_treatment, train_control, headline=None):
+    """A two-row table as effects.py builds it, the held-out gain the same in both cases. The
+    training metric the convergence rule reads is `train_*`; `headline`, the two arms' values of
+    the held-out metric on the training tasks (as acc_all beside the rule's acc), is the same
+    unless given."""
     from verify.studies import effects as E
     rows, seeds = [], {}
-    arms = ((256, train_treatment, [0.95, 0.96, 0.94]), (128, train_control, [0.9, 0.91, 0.89]))
-    for width, train, held in arms:
+    heads = headline or (train_treatment, train_control)
+    arms = ((256, train_treatment, heads[0], [0.95, 0.96, 0.94]),
+            (128, train_control, heads[1], [0.9, 0.91, 0.89]))
+    for width, train, head, held in arms:
         row = dict(family="hyperteacher", network="custom", widths=width, train_metric="train_r2",
                    effect_metric="held_out_r2", train_r2_mean=float(np.mean(train)),
                    held_out_r2_mean=float(np.mean(held)),
                    converged=all(t >= 0.99 for t in train))
         seeds[id(row)] = dict(enumerate(held))
         seeds[(id(row), "train")] = dict(enumerate(train))
+        seeds[(id(row), "train_headline")] = dict(enumerate(head))
         rows.append(row)
     plan = V.Plan(test="paired", claims=(V.Claim("widths", "helps", 256, 128, delta=0.02, why="w"),))
     notes = []
@@ -368,6 +374,33 @@ def test_a_held_out_claim_is_tested_only_where_both_arms_fit_and_shows_the_train
     unfit = _fit_table([0.995, 0.996, 0.994], [0.95, 0.993, 0.991])  # one control run short
     assert unfit["agrees"] == "not testable" and "not testable" in unfit["effect"]
     assert "an arm did not fit" in unfit["test"] and "1 of 3 runs below" in unfit["test"]
+    assert "nor matched" in unfit["test"]
+
+
+def test_arms_that_did_not_fit_are_compared_at_matched_training_fit_within_half_of_delta():
+    """δ 0.02, so matched means the training difference shown within ±0.01 by TOST (3 seeds,
+    t(2)). Both arms below the rule's 0.99, their training fits equal to 2e-4: the held-out gain
+    is tested, and the table says on what. A steady training difference of 0.015 is within δ
+    but not within δ/2: not matched (a rule that used the whole δ would test it)."""
+    matched = _fit_table([0.985, 0.986, 0.984], [0.9852, 0.9859, 0.9842])
+    assert matched["effect"] == "+0.050 (helps)" and matched["agrees"] == "yes"
+    assert ("at matched training fit (training r2 difference -0.0001, TOST within ±0.01: p = "
+            in matched["test"])
+    steady = _fit_table([0.985, 0.986, 0.984], [0.970, 0.9711, 0.9689])
+    assert steady["agrees"] == "not testable"
+    assert "nor matched: training r2 difference +0.015" in steady["test"]
+    # One training seed in common cannot show a match: no variance to test it with.
+    one = _fit_table([0.985], [0.9852])
+    assert one["agrees"] == "not testable" and "nor matched" not in one["test"]
+
+
+def test_the_training_gain_is_read_on_the_held_out_metric_not_the_convergence_rules():
+    """Preference: the rule reads per-step acc, the claim acc_all; a held-out acc_all gain is read
+    against the acc_all gain on the training tasks. Here the rule's metric moves by 0.003 and the
+    headline's by 0.04: the training gain is 0.04, and the gap change -0.01."""
+    row = _fit_table([0.995, 0.996, 0.994], [0.992, 0.993, 0.991],
+                     headline=([0.90, 0.91, 0.89], [0.86, 0.87, 0.85]))
+    assert row["train_effect"] == pytest.approx(0.04) and row["gap_change"] == pytest.approx(-0.01)
 
 
 def test_the_floor_needs_one_arm_above_it_not_both():

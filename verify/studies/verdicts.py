@@ -370,6 +370,17 @@ def seeds_needed(test: str, sd: float, *, alpha: float, power: float, effect: fl
     return None
 
 
+def within_margin(c: Comparison, test: str, margin: float) -> tuple[float, float] | None:
+    """(difference on the claim's scale, TOST's p of |Δ| ≥ margin) of a comparison, uncorrected;
+    None with fewer than 2 units an arm (paired: in common). A condition's check, such as matched
+    training fit (verify.studies.effects.fit_condition), not a claim's test."""
+    a, b = c.arms(test)
+    if min(len(a), len(b)) < 2:
+        return None
+    diff, se, _ = _moments(test, a, b)
+    return diff, _p_values(test, a, b, margin, diff, se)[1]
+
+
 # ----------------------------------------------------------------------------- the family
 
 def _measure(c: Comparison, test: str, plan: Plan) -> Verdict:
