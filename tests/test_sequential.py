@@ -89,3 +89,34 @@ def test_a_large_effect_is_not_stopped_for_want_of_power_to_see_delta():
     noise = rng.normal(0, 1.0, 3)
     assert S.decide(PLAN, 0, 2.5 + noise, np.zeros(3), delta=0.1).state == S.OPEN
     assert S.decide(PLAN, 0, noise - noise.mean(), np.zeros(3), delta=0.1).state == S.FUTILE
+
+
+def _pending(n_units, pending=True):
+    from verify.studies import verdicts as V
+    claim = V.Claim("split", "hurts", "a", "b", delta=0.05, why="w")
+    rng = np.random.default_rng(1)
+    treat = dict(enumerate(0.7 + 0.01 * rng.standard_normal(n_units)))
+    control = dict(enumerate(0.8 + 0.01 * rng.standard_normal(n_units)))
+    return V.Comparison("unfit", treat, control, claim, condition_fails="an arm did not fit; nor matched",
+                        condition_pending=pending)
+
+
+def test_a_condition_more_seeds_may_show_wants_the_next_look_and_holds_its_share_of_alpha():
+    """Matched training fit not shown yet, within reach (verify.studies.effects.fit_condition):
+    the plan wants the next look's units instead of leaving the claim untestable for good, and
+    the claim counts in the family m from the start. A condition out of reach wants nothing;
+    at the last look a pending one is not testable."""
+    from verify.studies import verdicts as V
+    plan = V.Plan(test="paired", claims=(V.Claim("split", "hurts", "a", "b", delta=0.05, why="w"),),
+                  looks=(2, 4, 8))
+    ok = V.Comparison("fit", {1: 0.7, 2: 0.71}, {1: 0.8, 2: 0.79}, plan.claims[0])
+    first = S.judge([_pending(2), ok], plan)[0]
+    assert (first.outcome, first.wanted, first.agrees) == (V.OPEN, 4, V.OPEN)
+    assert first.why.endswith("; open: look 2 needs 4 seeds an arm, 2 in") and first.p is None
+    assert S.family_of([_pending(2), ok]) == 2 and S.family_of([_pending(2, pending=False), ok]) == 1
+    between = S.judge([_pending(5)], plan)[0]
+    assert (between.outcome, between.wanted) == (V.OPEN, 8)
+    out_of_reach = S.judge([_pending(2, pending=False)], plan)[0]
+    assert (out_of_reach.outcome, out_of_reach.wanted) == (V.NOT_TESTABLE, None)
+    last = S.judge([_pending(8)], plan)[0]
+    assert (last.outcome, last.wanted, last.agrees) == (V.NOT_TESTABLE, None, V.NOT_TESTABLE)

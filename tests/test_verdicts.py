@@ -428,3 +428,24 @@ def test_every_committed_effects_md_is_what_report_makes_of_its_store(study, tmp
     written = tmp_path / "verify" / "studies" / "results" / study / "cpu"
     assert (written / "effects.md").read_text() == (committed / "effects.md").read_text()
     assert (written / "effects.csv").read_text() == (committed / "effects.csv").read_text()
+
+
+def test_a_match_within_reach_is_pending_and_one_beyond_half_of_delta_is_not():
+    """fit_condition's third value, which a sequential plan reads (tests/test_sequential.py):
+    a training difference so far inside ±δ/2 that TOST cannot yet show is pending; a steady
+    0.015 against δ/2 = 0.01 is not; one seed (no test yet) is."""
+    from verify.studies import effects as E
+    claim = V.Claim("widths", "helps", 256, 128, delta=0.02, why="w")
+
+    def condition(train_t, train_c):
+        rows = [dict(family="hyperteacher", converged=False, train_metric="train_r2",
+                     train_r2_mean=float(np.mean(t))) for t in (train_t, train_c)]
+        seeds = {}
+        for row, train in zip(rows, (train_t, train_c), strict=True):
+            seeds[(id(row), "train")] = seeds[(id(row), "train_headline")] = dict(enumerate(train))
+        return E.fit_condition(*rows, seeds, claim, "paired", 0.95)
+    assert condition([0.985, 0.986, 0.984], [0.975, 0.991, 0.979])[2] is True  # +0.0033 ± a lot
+    assert condition([0.985, 0.986, 0.984], [0.970, 0.9711, 0.9689])[2] is False
+    assert condition([0.985], [0.97])[2] is True
+    fails, matched, pending = condition([0.985, 0.986, 0.984], [0.9852, 0.9859, 0.9842])
+    assert fails is None and matched.startswith("at matched training fit") and pending is False

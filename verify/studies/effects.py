@@ -311,17 +311,20 @@ MATCHED_SHARE = 0.5  # matched training fit: the training difference shown withi
 
 
 def fit_condition(r: dict, ref: dict, seed_values: dict, claim: verdicts.Claim | None, test: str,
-                  level: float) -> tuple[str | None, str | None]:
+                  level: float) -> tuple[str | None, str | None, bool]:
     """(why a held-out comparison of rows r and ref tests no claim, or None; what it rests on
-    where it is tested at matched fit, or None). A held-out gain may be only a training gain
-    (issue 43), so the comparison is tested where both arms fit their training tasks (the
-    family's convergence rule in every run), or, where an arm did not, at matched training
-    fit: the paired difference of the headline metric on the training tasks (acc_all beside
-    held-out acc_all, R² beside R²), on the claim's scale, is shown within ±δ/2 by TOST at the
-    plan's level. A training difference carried one for one to the held-out side is then at
-    most half the smallest effect of interest. Without a claim (no δ) nothing is matched."""
+    where it is tested at matched fit, or None; whether more seeds may show the match: the
+    training difference so far within ±δ/2, or too few seeds to test it).
+
+    A held-out gain may be only a training gain (issue 43), so the comparison is tested where
+    both arms fit their training tasks (the family's convergence rule in every run), or, where
+    an arm did not, at matched training fit: the paired difference of the headline metric on
+    the training tasks (acc_all beside held-out acc_all, R² beside R²), on the claim's scale,
+    is shown within ±δ/2 by TOST at the plan's level. A training difference carried one for
+    one to the held-out side is then at most half the smallest effect of interest. Without a
+    claim (no δ) nothing is matched."""
     if r["converged"] and ref["converged"]:
-        return None, None
+        return None, None, False
     family = FAMILIES[r["family"]]
     metric, threshold = family.convergence
 
@@ -334,20 +337,20 @@ def fit_condition(r: dict, ref: dict, seed_values: dict, claim: verdicts.Claim |
     why = (f"an arm did not fit its training tasks (training {metric} ≥ {threshold:g} in every run): "
            f"training {metric} {arm(r)} against {arm(ref)}")
     if claim is None or claim.delta is None:
-        return why, None
+        return why, None, False
     half = dataclasses.replace(claim, delta=MATCHED_SHARE * claim.delta)
     fit = verdicts.Comparison(name="training fit", treatment=seed_values[(id(r), "train_headline")],
                               control=seed_values[(id(ref), "train_headline")], claim=half)
     matched = verdicts.within_margin(fit, test, half.delta)
     if matched is None:
-        return why, None
+        return why, None, True
     diff, p = matched
     on = "" if claim.scale == "raw" else " of log(1 − R²)"
     said = (f"training {family.headline} difference{on} {diff:+.3g}, TOST within {half.delta_text()}: "
             f"p = {verdicts._g(p)}")
     if p < 1 - level:
-        return None, f"at matched training fit ({said})"
-    return f"{why}; nor matched: {said}", None
+        return None, f"at matched training fit ({said})", False
+    return f"{why}; nor matched: {said}", None, abs(diff) < half.delta
 
 
 def fit_effects(r: dict, ref: dict, seed_values: dict, test: str) -> dict:
@@ -396,10 +399,11 @@ def _claim_effects(rows: list[dict], varying: list[str], notes: list[str], plan:
                     + "".join(f", {k} {key_cell(r[k])}" for k in varying
                               if k != factor and r.get(k) is not None and k not in ("shapes", "student"))
                     + f": {factor} {key_cell(r[factor])} vs {key_cell(control)}")
-            fails, matched = fit_condition(r, ref, seed_values, claim, plan.test_for(claim), plan.level)
+            fails, matched, pending = fit_condition(r, ref, seed_values, claim, plan.test_for(claim),
+                                                    plan.level)
             compared.append((r, ref, factor, control, matched, verdicts.Comparison(
                 name=name, treatment=seed_values[id(r)], control=seed_values[id(ref)], claim=claim,
-                condition_fails=fails)))
+                condition_fails=fails, condition_pending=pending)))
             r |= fit_effects(r, ref, seed_values, plan.test_for(claim))
     if not compared:
         return []

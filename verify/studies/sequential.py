@@ -183,12 +183,14 @@ def _at(c: verdicts.Comparison, n: int, test: str) -> verdicts.Comparison:
         t, u = {s: c.treatment[s] for s in common}, {s: c.control[s] for s in common}
     else:
         t, u = first_units(c.treatment, n), first_units(c.control, n)
-    return verdicts.Comparison(c.name, t, u, c.claim, c.condition_fails)
+    return verdicts.Comparison(c.name, t, u, c.claim, c.condition_fails, c.condition_pending)
 
 
 def family_of(comparisons) -> int:
-    """m: the comparisons the union bound divides α among (those whose condition holds)."""
-    return max(1, sum(not c.condition_fails for c in comparisons))
+    """m: the comparisons the union bound divides α among: those whose condition holds, and
+    those whose condition more units may yet show (counted from the start, so that a claim
+    that becomes testable at a later look finds its share of α already set aside)."""
+    return max(1, sum(not c.condition_fails or c.condition_pending for c in comparisons))
 
 
 def judge(comparisons, plan: verdicts.Plan) -> list[verdicts.Verdict]:
@@ -205,6 +207,13 @@ def _judge_one(c: verdicts.Comparison, plan: verdicts.Plan, seq: SequentialPlan,
     test, claim = plan.test_for(c.claim), c.claim
     if c.condition_fails:
         v = verdicts._measure(c, test, plan)
+        if c.condition_pending:  # the next look's units may show the condition
+            have = min(map(len, _at(c, seq.looks[-1], test).arms(test)))
+            k = next((k for k, n in enumerate(seq.looks) if n > have), None)
+            if k is not None:
+                v.outcome, v.wanted = verdicts.OPEN, seq.looks[k]
+                v.why = (f"{c.condition_fails}; open: look {k + 1} needs {seq.looks[k]} seeds an arm, "
+                         f"{have} in")
         verdicts.agreement(v)
         return v
     levels = seq.levels(family)

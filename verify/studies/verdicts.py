@@ -212,6 +212,9 @@ class Comparison:
     control: dict
     claim: Claim | None = None
     condition_fails: str | None = None  # why the claim's condition does not hold here
+    # The condition is not shown yet but more units may show it (matched training fit, whose
+    # difference so far is within reach): a sequential plan then wants its next look's units.
+    condition_pending: bool = False
 
     def raw_arms(self, test: str) -> tuple[np.ndarray, np.ndarray]:
         """Both arms in the order of their common seeds (paired), or each arm's own values
