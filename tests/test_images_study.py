@@ -384,3 +384,28 @@ def test_the_primary_fit_is_fragile_where_one_cluster_carries_it_and_robust_wher
     assert fit["verdict"] == "> 0" and fit["p"] < 0.001  # significant, on the strength of one cluster
     assert fit["fragile"] and fit["flips"] == 1
     assert [r["left_out"] for r in fit["leave_one_out"] if r["verdict"] != "> 0"] == [(16, 0)]
+
+
+def test_an_undecided_claim_states_its_cost_in_split_seeds_runs_and_core_hours():
+    """Issue 43: the image model-size claim is not run, its cost is stated. Here the paired
+    model-size claim is inconclusive at 3 split seeds of 2 runs each: the power calculation's
+    split seeds, less the 3 run, times 2 + 2 runs a split seed at 100 s and 300 s a run."""
+    claims = (verdicts.Claim("parameters", "helps", delta=0.1, why="w", test="paired"),)
+    plan = verdicts.Plan(test="welch", claims=claims, unit="split_seed")
+    groups = [_unit_group(48, 100, {0: (0.5, 0.52), 1: (0.7, 0.71), 2: (0.6, 0.62)}),
+              _unit_group(48, 900, {0: (0.55, 0.57), 1: (0.66, 0.65), 2: (0.7, 0.72)})]
+    seconds = {(48, 100): 100.0, (48, 900): 300.0}
+    (e,), notes = report.ladder_effects(groups, plan, seconds)
+    assert e["effect"] == "inconclusive"
+    (power,) = verdicts.power_rows(
+        [report.ladder_comparisons(groups, "parameters", plan)[0][1]], plan, 2)
+    extra = power["seeds_needed"] - 3
+    (line,) = [n for n in notes if n.startswith("cost to resolve")]
+    assert line == (f"cost to resolve parameters 100 → 900 (at train_combinations 48): {extra} more split "
+                    f"seeds an arm ({power['seeds_needed']} in all, for an effect of 0.1), {4 * extra} runs, "
+                    f"about {extra * 2 * 400 / 3600:.1f} core-hours at this store's run times")
+    # Without run times (a report of groups alone), no cost; a decided claim costs nothing.
+    assert not any(n.startswith("cost") for n in report.ladder_effects(groups, plan)[1])
+    decided = [_unit_group(48, 100, {0: (0.5, 0.5), 1: (0.7, 0.7), 2: (0.6, 0.6)}),
+               _unit_group(48, 900, {0: (0.9, 0.9), 1: (1.0, 1.0), 2: (0.95, 0.95)})]
+    assert not any(n.startswith("cost") for n in report.ladder_effects(decided, plan, seconds)[1])

@@ -314,16 +314,58 @@ def ladder_comparisons(groups: list[dict], factor: str, plan: verdicts.Plan) -> 
     return out
 
 
-def ladder_effects(groups: list[dict], plan: verdicts.Plan) -> tuple[list[dict], list[str]]:
+def ladder_effects(groups: list[dict], plan: verdicts.Plan, seconds: dict | None = None
+                   ) -> tuple[list[dict], list[str]]:
     """Every ladder's verdict (one family, Holm-corrected; verify.studies.verdicts), and the
-    notes that say how they were decided."""
+    notes that say how they were decided; with `seconds` (a setting's mean run time, keyed
+    (train_combinations, parameters)), what each undecided claim costs to resolve."""
     compared = [pair for factor in LADDERS for pair in ladder_comparisons(groups, factor, plan)]
     if not compared:
         return [], []
-    judged = verdicts.judge([c for _, c in compared], plan)
+    comparisons = [c for _, c in compared]
+    judged = verdicts.judge(comparisons, plan)
     effects = [info | dict(effect=v.outcome, test=verdicts.test_text(v), verdict=v.as_dict())
                for (info, _), v in zip(compared, judged, strict=True)]
-    return effects, verdicts.notes(plan, [c for _, c in compared], judged)
+    notes = verdicts.notes(plan, comparisons, judged)
+    if seconds is not None:
+        rows = {r["name"]: r for r in verdicts.power_rows(comparisons, plan, verdicts.family_size(judged))}
+        notes += [line for (info, c), v in zip(compared, judged, strict=True)
+                  if v.outcome in (verdicts.INCONCLUSIVE, verdicts.OPEN) and c.name in rows
+                  for line in [_cost_line(info, rows[c.name], groups, seconds)] if line]
+    return effects, notes
+
+
+def _cost_line(info: dict, power: dict, groups: list[dict], seconds: dict) -> str | None:
+    """What resolving one claim costs: the unit (a split seed) count its power calls for, less
+    those run, times the runs a unit holds in each arm and their mean run time here."""
+    unit = "split seed"
+    if power["seeds_needed"] is None:
+        return (f"cost to resolve {power['name']}: more than {verdicts.MAX_SEEDS} {unit}s an arm: "
+                f"out of reach at this sd")
+    extra = power["seeds_needed"] - power["seeds_run"]
+    if extra <= 0:
+        return None
+    core_seconds, per_unit = 0.0, []
+    for end in ("low", "high"):
+        setting = {**info["at"], info["factor"]: info[end]}
+        g = next(g for g in groups if g["setting"] == setting)
+        runs_a_unit = g["runs"] / len(g["test_success_units"])
+        per_unit.append(runs_a_unit)
+        core_seconds += extra * runs_a_unit * seconds[setting["train_combinations"], setting["parameters"]]
+    runs = round(extra * sum(per_unit))
+    return (f"cost to resolve {power['name']}: {extra} more {unit}s an arm ({power['seeds_needed']} in "
+            f"all, for {power['target']}), {runs} runs, about {core_seconds / 3600:.1f} core-hours at "
+            f"this store's run times")
+
+
+def _mean_seconds(stored: list[dict], done: list[dict]) -> dict:
+    """A setting's mean stored run time, keyed (train_combinations, parameters)."""
+    seconds = {r["key"]: r["seconds"] for r in stored if r.get("seconds")}
+    by: dict[tuple, list[float]] = {}
+    for r in done:
+        if r["key"] in seconds:
+            by.setdefault((r["train_combinations"], r["parameters"]), []).append(seconds[r["key"]])
+    return {k: float(np.mean(v)) for k, v in by.items()}
 
 
 # --- the table -----------------------------------------------------------------------------------
@@ -366,7 +408,7 @@ def effects_table(study: str, scale: str, out: Path, keys: set[str] | None = Non
     failed = [r for r in runs if r["status"] == "failed"]
     done.sort(key=lambda r: (r["train_combinations"], r["parameters"], r["seed"]))
     groups = _group_rows(done)
-    effects, verdict_notes = ladder_effects(groups, plan)
+    effects, verdict_notes = ladder_effects(groups, plan, _mean_seconds(runs, done))
     x = [r["decodability"] for r in done]
     y = [r["test_success"] for r in done]
     coverage = [r["train_combinations"] for r in done]
