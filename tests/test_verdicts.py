@@ -384,8 +384,13 @@ def test_arms_that_did_not_fit_are_compared_at_matched_training_fit_within_half_
     but not within δ/2: not matched (a rule that used the whole δ would test it)."""
     matched = _fit_table([0.985, 0.986, 0.984], [0.9852, 0.9859, 0.9842])
     assert matched["effect"] == "+0.050 (helps)" and matched["agrees"] == "yes"
-    assert ("at matched training fit (training r2 difference -0.0001, TOST within ±0.01: p = "
-            in matched["test"])
+    assert ("at matched training fit (training r2 difference -0.0001, under 0.01 in the held-out "
+            "difference's direction: p = " in matched["test"])
+    # A treatment that fits its training tasks worse by 0.03 and generalizes better: no training
+    # gain made its held-out gain, so one side is all the claim needs (TOST would refuse it).
+    worse = _fit_table([0.955, 0.956, 0.954], [0.985, 0.9859, 0.9842])
+    assert worse["agrees"] == "yes"
+    assert "at matched training fit (training r2 difference -0.03" in worse["test"]
     steady = _fit_table([0.985, 0.986, 0.984], [0.970, 0.9711, 0.9689])
     assert steady["agrees"] == "not testable"
     assert "nor matched: training r2 difference +0.015" in steady["test"]
@@ -437,15 +442,37 @@ def test_a_match_within_reach_is_pending_and_one_beyond_half_of_delta_is_not():
     from verify.studies import effects as E
     claim = V.Claim("widths", "helps", 256, 128, delta=0.02, why="w")
 
-    def condition(train_t, train_c):
+    def condition(train_t, train_c, claim=claim):
         rows = [dict(family="hyperteacher", converged=False, train_metric="train_r2",
                      train_r2_mean=float(np.mean(t))) for t in (train_t, train_c)]
         seeds = {}
-        for row, train in zip(rows, (train_t, train_c), strict=True):
+        for row, train, held in zip(rows, (train_t, train_c), (0.95, 0.9), strict=True):
             seeds[(id(row), "train")] = seeds[(id(row), "train_headline")] = dict(enumerate(train))
+            seeds[id(row)] = dict.fromkeys(range(len(train)), held)  # the treatment generalizes better
         return E.fit_condition(*rows, seeds, claim, "paired", 0.95)
     assert condition([0.985, 0.986, 0.984], [0.975, 0.991, 0.979])[2] is True  # +0.0033 ± a lot
     assert condition([0.985, 0.986, 0.984], [0.970, 0.9711, 0.9689])[2] is False
     assert condition([0.985], [0.97])[2] is True
     fails, matched, pending = condition([0.985, 0.986, 0.984], [0.9852, 0.9859, 0.9842])
     assert fails is None and matched.startswith("at matched training fit") and pending is False
+    # A claim of no effect bounds both sides: a treatment 0.03 worse is not matched, and out of reach.
+    none = V.Claim("widths", "no effect", 256, 128, delta=0.02, why="w")
+    worse = ([0.955, 0.956, 0.954], [0.985, 0.9859, 0.9842])
+    assert condition(*worse)[0] is None
+    fails, matched, pending = condition(*worse, claim=none)
+    assert "nor matched" in fails and "TOST within ±0.01" in fails and matched is None and pending is False
+
+
+def test_within_margin_bounds_the_side_asked_for_and_tost_takes_the_larger_p():
+    """Paired differences 0.05, 0.06, 0.035 (mean 0.0483) against a margin of 0.05: beyond +0.05
+    cannot be ruled out (p 0.42), beyond −0.05 can (p 0.0027); TOST is the larger. With no
+    spread the difference is exact: inside or not."""
+    c = V.Comparison("x", {1: 0.50, 2: 0.52, 3: 0.49}, {1: 0.45, 2: 0.46, 3: 0.455}, None)
+    (d0, p0), (d1, p1), (d2, p2) = (V.within_margin(c, "paired", 0.05, side) for side in (0, 1, -1))
+    assert d0 == d1 == d2 == pytest.approx(0.048333, abs=1e-6)
+    assert p1 == pytest.approx(0.41994, abs=1e-4) and p2 == pytest.approx(0.0027070, abs=1e-6)
+    assert p0 == max(p1, p2)
+    exact = V.Comparison("x", {1: 0.5, 2: 0.75}, {1: 0.4375, 2: 0.6875}, None)  # 0.0625 each seed
+    assert [V.within_margin(exact, "paired", 0.05, s)[1] for s in (0, 1, -1)] == [1.0, 1.0, 0.0]
+    with pytest.raises(ValueError, match="side"):
+        V.within_margin(c, "paired", 0.05, 2)

@@ -280,12 +280,15 @@ def _moments(test: str, a: np.ndarray, b: np.ndarray) -> tuple[float, float, flo
 
 
 def _p_values(test: str, a: np.ndarray, b: np.ndarray, margin: float | None, diff: float,
-              se: float) -> tuple[float, float | None]:
-    """Two-sided p of Δ = 0, and TOST's p of |Δ| ≥ margin (None without a margin), by scipy."""
+              se: float, sides: tuple[str, ...] = ("greater", "less")) -> tuple[float, float | None]:
+    """Two-sided p of Δ = 0, and TOST's p of |Δ| ≥ margin (None without a margin), by scipy;
+    `sides` ("greater",) keeps TOST's first one-sided test alone, of Δ ≤ −margin."""
     from scipy import stats
 
     if se == 0:  # module docstring: the t statistic is undefined, the difference exact
-        return (0.0 if diff != 0 else 1.0), (None if margin is None else 0.0 if abs(diff) < margin else 1.0)
+        inside = abs(diff) < margin if margin is not None and len(sides) == 2 else \
+            margin is not None and diff > -margin
+        return (0.0 if diff != 0 else 1.0), (None if margin is None else 0.0 if inside else 1.0)
 
     def ttest(x, y, alternative):
         with warnings.catch_warnings():  # an arm of equal values: exact, though scipy warns of cancellation
@@ -298,7 +301,8 @@ def _p_values(test: str, a: np.ndarray, b: np.ndarray, margin: float | None, dif
     if margin is None:
         return p, None
     # H0: Δ ≤ −margin (shift the treatment up by the margin) and H0: Δ ≥ margin.
-    return p, float(max(ttest(a + margin, b, "greater"), ttest(a - margin, b, "less")))
+    shifted = {"greater": a + margin, "less": a - margin}
+    return p, float(max(ttest(shifted[side], b, side) for side in sides))
 
 
 def holm(p_values: Sequence[float]) -> list[float]:
@@ -373,15 +377,23 @@ def seeds_needed(test: str, sd: float, *, alpha: float, power: float, effect: fl
     return None
 
 
-def within_margin(c: Comparison, test: str, margin: float) -> tuple[float, float] | None:
-    """(difference on the claim's scale, TOST's p of |Δ| ≥ margin) of a comparison, uncorrected;
-    None with fewer than 2 units an arm (paired: in common). A condition's check, such as matched
-    training fit (verify.studies.effects.fit_condition), not a claim's test."""
+def within_margin(c: Comparison, test: str, margin: float, side: int = 0) -> tuple[float, float] | None:
+    """(difference on the claim's scale, p of the null that it lies beyond the margin) of a
+    comparison, uncorrected: TOST's p of |Δ| ≥ margin (side 0), or one side's alone, of Δ ≥
+    margin (side +1) or Δ ≤ −margin (side −1). None with fewer than 2 units an arm (paired: in
+    common). A condition's check, such as matched training fit
+    (verify.studies.effects.fit_condition), not a claim's test."""
     a, b = c.arms(test)
     if min(len(a), len(b)) < 2:
         return None
     diff, se, _ = _moments(test, a, b)
-    return diff, _p_values(test, a, b, margin, diff, se)[1]
+    if side == 0:
+        return diff, _p_values(test, a, b, margin, diff, se)[1]
+    if side not in (1, -1):
+        raise ValueError(f"side must be 0, 1 or -1, got {side!r}")
+    # Side +1 is side −1 of the arms swapped: Δ ≥ margin ⇔ −Δ ≤ −margin.
+    x, y = (b, a) if side == 1 else (a, b)
+    return diff, _p_values(test, x, y, margin, -diff if side == 1 else diff, se, sides=("greater",))[1]
 
 
 # ----------------------------------------------------------------------------- the family
