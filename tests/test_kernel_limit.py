@@ -109,6 +109,99 @@ def test_the_cholesky_factor_overwrites_the_gram_so_one_n_by_n_array_is_the_peak
     assert torch.equal(in_place, torch.from_numpy(scipy.linalg.cho_solve(copied, y.numpy())))
 
 
+# ----------------------------------------------------------------------------- the conjugate-gradient solve
+
+def test_the_blocked_product_is_the_gram_times_p(monkeypatch):
+    """gram_product's (K + λI)P, K made in blocks from the diagonal on (5 blocks of 64 rows, the
+    last ragged), against the dense Gram's product; and gram_diagonal against its diagonal."""
+    monkeypatch.setattr(kernel_limit, "BLOCK_ROWS", 64)
+    x, p = rows(300), rows(300, 3, seed=1)
+    cfg = KernelConfig(kernel="ntk", depth=3, tasks=300, samples_per_task=1)
+    k = kernel_limit.gram(cfg, x)
+    torch.testing.assert_close(kernel_limit.gram_product(cfg, x, p, 0.25), k @ p + 0.25 * p, rtol=1e-12,
+                               atol=1e-12)
+    torch.testing.assert_close(kernel_limit.gram_diagonal(cfg, x), k.diagonal(), rtol=1e-12, atol=0)
+
+
+@pytest.mark.parametrize("kernel", ["ntk", "nngp"])
+def test_cg_gives_choleskys_alpha_and_predictions_within_the_condition_bound(kernel, monkeypatch):
+    """On 300 rows in blocks of 64, jitter 1e-3, σ_b² = 0.1: for A = K + λI and any α with
+    residual r = Y − Aα, ‖α − A⁻¹Y‖ ≤ ‖r‖/λ_min(A) and ‖A⁻¹Y‖ ≥ ‖Y‖/λ_max(A), so per output
+    ‖α_cg − α_chol‖ / ‖α_chol‖ ≤ κ(A)·(ρ_cg + ρ_chol) / (1 − κ·ρ_chol), ρ each solve's relative
+    residual (A and κ from the dense Gram, in float64); the predictions K(x*, X)α differ by at
+    most ‖K(x*, X)‖₂ ‖Δα‖. Both bounds are checked with a factor 2 for the rounding of the
+    residuals' own computation. The same λ (jitter × mean diag K) and the same train RMSE."""
+    monkeypatch.setattr(kernel_limit, "BLOCK_ROWS", 64)
+    x, y, x_new = rows(300), rows(300, 3, seed=1), rows(20, seed=2)
+    settings = dict(kernel=kernel, depth=3, jitter=1e-3, sigma_b2=0.1, tasks=300, samples_per_task=1)
+    chol = fit(KernelConfig(solver="cholesky", **settings), x, y)
+    cg = fit(KernelConfig(solver="cg", **settings), x, y)
+    assert (chol.solver, cg.solver, cg.converged) == ("cholesky", "cg", True)
+    assert 0 < cg.iterations < 300 and cg.relative_residual <= kernel_limit.CG_TOLERANCE
+    assert cg.jitter_absolute == pytest.approx(chol.jitter_absolute, rel=1e-14)
+    cfg = chol.predictor.cfg
+    a = kernel_limit.gram(cfg, x)
+    a.diagonal().add_(chol.jitter_absolute)
+    eigenvalues = torch.linalg.eigvalsh(a)
+    kappa = float(eigenvalues[-1] / eigenvalues[0])
+    a_chol, a_cg = chol.predictor.alpha, cg.predictor.alpha
+
+    def rho(alpha):
+        return (y - a @ alpha).norm(dim=0) / y.norm(dim=0)
+
+    bound = kappa * (rho(a_cg) + rho(a_chol)) / (1 - kappa * rho(a_chol))
+    assert ((a_cg - a_chol).norm(dim=0) / a_chol.norm(dim=0) <= 2 * bound).all(), (kappa, bound)
+    with torch.no_grad():
+        cross = cfg.kernel_of(x_new, x)
+        gap = (cg.predictor(x_new) - chol.predictor(x_new)).norm(dim=0)
+    assert (gap <= 2 * torch.linalg.matrix_norm(cross, 2) * (a_cg - a_chol).norm(dim=0) + 1e-300).all()
+    assert (gap / chol.predictor(x_new).detach().norm(dim=0) < 1e-6).all()  # the bound is not vacuous here
+    assert cg.train_rmse == pytest.approx(chol.train_rmse, rel=1e-5)
+
+
+def test_cg_stopped_at_its_cap_is_reported_not_converged(capsys):
+    """3 iterations on an ill-conditioned Gram (jitter 1e-10): the fit says cg, 3 iterations,
+    its true relative residual (above the tolerance) and converged False; stderr warns; the
+    report line says NOT converged."""
+    x, y = rows(200), rows(200, 2, seed=1)
+    result = fit(KernelConfig(depth=3, solver="cg", cg_max_iterations=3, tasks=200, samples_per_task=1), x, y)
+    assert (result.solver, result.iterations, result.converged) == ("cg", 3, False)
+    a = kernel_limit.gram(result.predictor.cfg, x)
+    a.diagonal().add_(result.jitter_absolute)
+    true = float(((y - a @ result.predictor.alpha).norm(dim=0) / y.norm(dim=0)).max())
+    assert result.relative_residual == pytest.approx(true, rel=1e-8) and true > kernel_limit.CG_TOLERANCE
+    assert "cg did NOT converge" in capsys.readouterr().err
+    summary = result.summary() | dict(rows=200, samples_per_task=1, held_out_r2=0.5)
+    assert summary["converged"] is False and summary["cg_iterations"] == 3
+    assert "NOT converged" in kernel_vs_sgd.format_solver(summary)
+    assert kernel_vs_sgd.format_solver(fit(KernelConfig(depth=3, tasks=200, samples_per_task=1), x, y)
+                                       .summary()) == ""
+
+
+def test_a_cg_run_reports_its_solver_and_auto_is_cholesky_up_to_the_budget(capsys, monkeypatch):
+    """--solver cg end to end (its iterations and residual in the JSON and the text); auto
+    picks cholesky up to 32,768 rows (8 GiB of K) and cg beyond, whose memory is blocks, not n²;
+    a cap the run cannot reach is in its report."""
+    assert kernel_limit.CHOLESKY_MAX_ROWS == 32_768
+    assert kernel_limit.chosen_solver("auto", 32_768) == "cholesky"
+    assert kernel_limit.chosen_solver("auto", 32_769) == "cg"
+    assert kernel_limit.solve_bytes(65_536, 4, "cg", 4) == (8 * 13 * 1024 * 65_536 + 8 * 65_536 * 25)
+    assert kernel_limit.solve_bytes(10_000, 4, "auto") == kernel_limit.solve_bytes(10_000, 4)
+    monkeypatch.setattr(kernel_vs_sgd, "available_bytes", lambda: 10 * 2**30)
+    kernel_vs_sgd.parse_args([*SMALL, "--tasks", "4096", "--samples-per-task", "16"])  # 65,536 rows: cg fits
+    with pytest.raises(kernel_vs_sgd.UsageError, match="by cholesky.*or --solver cg"):
+        kernel_vs_sgd.parse_args([*SMALL, "--tasks", "4096", "--samples-per-task", "16",
+                                  "--solver", "cholesky"])
+    argv = [*SMALL, "--method", "ntk", "--tasks", "16", "--samples-per-task", "4", "--solver", "cg"]
+    assert kernel_vs_sgd.main([*argv, "--json"]) == 0
+    step = json.loads(capsys.readouterr().out)["record"]["fit"]
+    assert step["solver"] == "cg" and step["converged"] is True and step["cg_iterations"] > 0
+    monkeypatch.setattr(kernel_limit, "cg_cap", lambda cfg, rows: 2)
+    assert kernel_vs_sgd.main(argv) == 0
+    out = capsys.readouterr()
+    assert "cg 2 iterations" in out.out and "NOT converged" in out.out and "did NOT converge" in out.err
+
+
 # ----------------------------------------------------------------------------- the linearised network
 
 def test_the_linearised_network_is_the_first_order_expansion():
@@ -221,6 +314,11 @@ def test_the_ladder_stops_when_settled_and_says_when_it_is_not(monkeypatch):
     (["--method", "trained", "--jitter", "0.1"], "--jitter does not apply to --method trained"),
     (["--method", "nngp", "--tasks", "100000", "--samples-per-task", "100000"], "the kernel solve needs"),
     (["--encoding", "fewshot"], "drawn anew at every call"),
+    (["--solver", "lu"], "--solver: invalid choice"),
+    (["--sigma-b2", "-0.1"], "--sigma-b2: expected a finite number ≥ 0"),
+    (["--sigma-b2", "nan"], "--sigma-b2"),
+    (["--method", "trained", "--sigma-b2", "0.1"], "--sigma-b2 does not apply to --method trained"),
+    (["--method", "linearised", "--solver", "cg"], "--solver does not apply to --method linearised"),
 ])
 def test_bad_input_gets_one_line_and_exit_2_before_any_work(argv, message, capsys):
     assert kernel_vs_sgd.main([*argv, "--no-progress"]) == 2
@@ -233,6 +331,15 @@ def test_a_studys_key_holds_only_what_the_method_reads():
     trained = kernel_vs_sgd.run_config(kernel_vs_sgd.parse_args([*SMALL, "--method", "trained"]))
     assert {"width", "steps", "lr", "parametrization"}.isdisjoint(kernel) and kernel["tasks"] == 512
     assert {"tasks", "jitter", "ladder"}.isdisjoint(trained) and trained["width"] == 256
+    # σ_b² = 0 and the auto solver are the unset defaults: the keys the stored runs have.
+    same = kernel_vs_sgd.run_config(kernel_vs_sgd.parse_args([*SMALL, "--method", "nngp", "--sigma-b2", "0",
+                                                              "--solver", "auto"]))
+    assert same == kernel, same
+    biased = kernel_vs_sgd.run_config(kernel_vs_sgd.parse_args([*SMALL, "--method", "nngp",
+                                                                "--sigma-b2", "0.1", "--solver", "cg"]))
+    assert biased == kernel | dict(sigma_b2=0.1, solver="cg")
+    config = kernel_vs_sgd._kernel_config(kernel_vs_sgd.parse_args([*SMALL, "--sigma-b2", "0.1"]), 4)
+    assert (config.sigma_b2, config.solver) == (0.1, "auto")
 
 
 def test_the_behaviour_record_moves_with_the_kernel_and_the_training():

@@ -21,11 +21,24 @@ weights, `samples_per_task` x each) from a generator of its own (seed + 2: the s
 use seed + 1). SGD sees fresh tasks at every step; kernel regression needs a finite set, so
 `sample_ladder` grows the samples per task until the held-out numbers stop moving.
 
-**The solve.** K(X, X) + λI by Cholesky (scipy's LAPACK, in place), with the jitter
-λ = `jitter` × mean diag K stated in the report; K is built in row blocks, so the only n × n
-array is K itself (`solve_bytes` estimates the memory before any work). Predictions are
-K(x*, X) α, in blocks of x* and of X (KernelPredictor._block). The LAPACK calls run on as many
-BLAS threads as torch's (`blas_threads`): a run pinned to one thread is pinned in its solve too.
+**The solve.** (K(X, X) + λI) α = Y, with the jitter λ = `jitter` × mean diag K stated in the
+report, by one of two solvers (`solver`; `auto` picks by rows, `chosen_solver`):
+- `cholesky` (scipy's LAPACK, in place): K is built in row blocks, so the only n × n array is
+  K itself, 8n² bytes. `auto` takes it up to CHOLESKY_MAX_ROWS = 32,768 rows (K is then
+  CHOLESKY_BUDGET_BYTES = 8 GiB), every size the stored runs use.
+- `cg` (`cg_solve`): conjugate gradients in float64, Jacobi-preconditioned (M = diag K + λ),
+  each product (K + λI)P formed from the kernel function in blocks of BLOCK_ROWS rows from the
+  diagonal on (K symmetric: each block serves its rows and, transposed, its columns), so no
+  n × n array exists (memory O(BLOCK_ROWS · n)); it stops when every output's true residual
+  ‖Y − (K + λI)α‖ is within `cg_tolerance` (1e-10) of ‖Y‖, or at `cg_max_iterations`
+  (default CG_MAX_ITERATIONS = 2,000), and a solve that stops at the cap is reported as not
+  converged (Fit.converged, a warning, the report's line), never as a fit. Each iteration
+  costs half a Gram's kernel entries (n²/2), so it pays only where K does not fit: on 1,024
+  rows of the cpu scale's teacher (seed 1, jitter 1e-10, κ = 1.4e4) it took 220 products
+  and 99 s against Cholesky's 2.7 s (2 shared cores), agreeing on α to 3e-10 relative.
+`solve_bytes` estimates either's memory before any work. Predictions are K(x*, X) α, in
+blocks of x* and of X (KernelPredictor._block). The LAPACK calls run on as many BLAS threads
+as torch's (`blas_threads`): a run pinned to one thread is pinned in its solve too.
 """
 
 from __future__ import annotations
@@ -44,6 +57,18 @@ from verify.learning import kernels
 KERNELS = ("ntk", "nngp")
 BLOCK_ROWS = 1024  # rows of K(X*, X) made at a time: 3·depth blocks of BLOCK_ROWS × n float64 in flight
 DEFAULT_JITTER = 1e-10  # λ / mean diag K: far below the kernels' float64 rounding at n ≤ 10⁴ (see the tests)
+SOLVERS = ("auto", "cholesky", "cg")
+# `auto` solves densely while K(X, X), 8n² bytes, fits this budget: up to 32,768 rows (2,048
+# tasks × 16, the task ladder's target and the largest fit the store holds), cg beyond.
+CHOLESKY_BUDGET_BYTES = 8 * 2**30
+CHOLESKY_MAX_ROWS = math.isqrt(CHOLESKY_BUDGET_BYTES // 8)
+CG_TOLERANCE = 1e-10  # ‖Y − (K + λI)α‖ / ‖Y‖, per output, at which cg stops
+# cg's products (K + λI)P before it stops short of the tolerance, reported as not converged.
+# Measured on the cpu scale's teacher (seed 1, depth 4, jitter 1e-10): 102 products at 256 rows
+# (κ(K + λI) = 3.3e3), 220 at 1,024 rows (κ = 1.4e4); they grow like √κ.
+CG_MAX_ITERATIONS = 2_000
+# The (n, O) arrays cg holds: Y, α, the residual, the preconditioned one, the direction, its product.
+CG_VECTORS = 6
 
 
 @dataclass(frozen=True)
@@ -59,6 +84,9 @@ class KernelConfig:
     tasks: int = 1024
     samples_per_task: int = 8
     jitter: float = DEFAULT_JITTER
+    solver: str = "auto"  # chosen_solver: cholesky up to CHOLESKY_MAX_ROWS rows, cg beyond
+    cg_tolerance: float = CG_TOLERANCE
+    cg_max_iterations: int | None = None  # None: CG_MAX_ITERATIONS (cg_cap)
 
     def __post_init__(self):
         if self.kernel not in KERNELS:
@@ -72,6 +100,15 @@ class KernelConfig:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
         if not (self.jitter >= 0 and math.isfinite(self.jitter)):
             raise ValueError(f"jitter must be ≥ 0, got {self.jitter!r}")
+        if not (self.sigma_b2 >= 0 and math.isfinite(self.sigma_b2)):
+            raise ValueError(f"sigma_b2 must be ≥ 0, got {self.sigma_b2!r}")
+        if self.solver not in SOLVERS:
+            raise ValueError(f"solver must be one of {SOLVERS}, got {self.solver!r}")
+        if not (self.cg_tolerance > 0 and math.isfinite(self.cg_tolerance)):
+            raise ValueError(f"cg_tolerance must be > 0, got {self.cg_tolerance!r}")
+        if self.cg_max_iterations is not None and not (isinstance(self.cg_max_iterations, int)
+                                                       and self.cg_max_iterations >= 1):
+            raise ValueError(f"cg_max_iterations must be a positive integer, got {self.cg_max_iterations!r}")
 
     @property
     def rows(self) -> int:
@@ -87,10 +124,25 @@ class KernelConfig:
                                             sigma_b2=self.sigma_b2) + self.sigma_b2
 
 
-def solve_bytes(rows: int, depth: int) -> int:
-    """The memory a fit of `rows` training rows takes: K(X, X), and the 3·depth temporary
-    blocks of BLOCK_ROWS × rows the recursion holds while it fills K."""
-    return 8 * rows * rows + 8 * 3 * depth * min(rows, BLOCK_ROWS) * rows
+def chosen_solver(solver: str, rows: int) -> str:
+    """The solver a fit of `rows` rows runs: `solver`, or for `auto` cholesky while K fits
+    CHOLESKY_BUDGET_BYTES (rows ≤ CHOLESKY_MAX_ROWS), cg beyond."""
+    if solver not in SOLVERS:
+        raise ValueError(f"solver must be one of {SOLVERS}, got {solver!r}")
+    if solver != "auto":
+        return solver
+    return "cholesky" if rows <= CHOLESKY_MAX_ROWS else "cg"
+
+
+def solve_bytes(rows: int, depth: int, solver: str = "cholesky", outputs: int = 1) -> int:
+    """The memory a fit of `rows` training rows takes: the 3·depth temporary blocks of
+    BLOCK_ROWS × rows the recursion holds while it makes a block of K, and, by Cholesky,
+    K(X, X) itself; by cg, instead of K, the block being multiplied and its CG_VECTORS (rows,
+    outputs) arrays and the diagonal."""
+    blocks = 8 * 3 * depth * min(rows, BLOCK_ROWS) * rows
+    if chosen_solver(solver, rows) == "cholesky":
+        return 8 * rows * rows + blocks
+    return blocks + 8 * min(rows, BLOCK_ROWS) * rows + 8 * rows * (CG_VECTORS * outputs + 1)
 
 
 def gram(cfg: KernelConfig, x: torch.Tensor) -> torch.Tensor:
@@ -156,13 +208,19 @@ class Fit:
     predictor: KernelPredictor
     jitter_absolute: float  # λ added to K's diagonal
     train_rmse: float  # of the fitted rows (λ > 0 makes it a ridge fit: not exactly 0)
-    seconds_kernel: float
+    seconds_kernel: float  # cholesky: the Gram; cg: its diagonal (the products are the solve's)
     seconds_solve: float
+    solver: str = "cholesky"  # the one that ran (chosen_solver)
+    iterations: int | None = None  # cg's products (K + λI)P, the final residual's check excluded
+    relative_residual: float | None = None  # cg: max over outputs of ‖Y − (K + λI)α‖ / ‖Y‖, recomputed
+    converged: bool = True  # cg: whether that residual reached cfg.cg_tolerance within the cap
 
     def summary(self) -> dict:
         return dict(jitter=self.predictor.cfg.jitter, jitter_absolute=self.jitter_absolute,
                     train_rows_rmse=self.train_rmse, seconds_kernel=self.seconds_kernel,
-                    seconds_solve=self.seconds_solve, config=asdict(self.predictor.cfg))
+                    seconds_solve=self.seconds_solve, solver=self.solver, cg_iterations=self.iterations,
+                    cg_relative_residual=self.relative_residual, converged=self.converged,
+                    config=asdict(self.predictor.cfg))
 
 
 # OpenBLAS's dpotrf can crash at n = 32,768 with exactly 2 threads (OpenBLAS issue 2562): from
@@ -194,10 +252,13 @@ class NotPositiveDefinite(ValueError):
 
 
 def fit(cfg: KernelConfig, x: torch.Tensor, y: torch.Tensor) -> Fit:
-    """Kernel regression of y (n, O) on rows x (n, d): α = (K(X, X) + λI)⁻¹ Y by Cholesky."""
+    """Kernel regression of y (n, O) on rows x (n, d): α = (K(X, X) + λI)⁻¹ Y by Cholesky, or
+    by conjugate gradients where cfg.solver (chosen_solver) says so."""
     import scipy.linalg
 
     x, y = x.to(torch.float64), y.to(torch.float64)
+    if chosen_solver(cfg.solver, len(x)) == "cg":
+        return cg_fit(cfg, x, y)
     start = time.perf_counter()
     k = gram(cfg, x)
     built = time.perf_counter()
@@ -219,6 +280,103 @@ def fit(cfg: KernelConfig, x: torch.Tensor, y: torch.Tensor) -> Fit:
     # (K + λI) α = Y, so the fit's residual on its own rows is Y − Kα = λα: no second Gram.
     train_rmse = float((jitter * alpha).pow(2).mean().sqrt())
     return Fit(KernelPredictor(cfg, x, alpha), jitter, train_rmse, built - start, solved - built)
+
+
+def gram_diagonal(cfg: KernelConfig, x: torch.Tensor) -> torch.Tensor:
+    """diag K(X, X) (n,), from the diagonal blocks K(X_b, X_b) (BLOCK_ROWS rows each)."""
+    return torch.cat([cfg.kernel_of(x[s:s + BLOCK_ROWS], x[s:s + BLOCK_ROWS]).diagonal()
+                      for s in range(0, len(x), BLOCK_ROWS)])
+
+
+def gram_product(cfg: KernelConfig, x: torch.Tensor, p: torch.Tensor, jitter: float) -> torch.Tensor:
+    """(K(X, X) + λI) P for P (n, O), K formed BLOCK_ROWS rows at a time from the diagonal on,
+    as `gram` fills it: each block K(X_b, X_{b:}) multiplies P's rows b: and, transposed, adds
+    its off-diagonal part to the rows below (K symmetric). At most one block of K and its
+    3·depth temporaries exist at once, whatever n is."""
+    n = len(x)
+    out = jitter * p
+    for start in range(0, n, BLOCK_ROWS):
+        stop = min(start + BLOCK_ROWS, n)
+        block = cfg.kernel_of(x[start:stop], x[start:])
+        out[start:stop] += block @ p[start:]
+        out[stop:] += block[:, stop - start:].T @ p[start:stop]
+    return out
+
+
+def cg_cap(cfg: KernelConfig, rows: int) -> int:
+    """The products cg may take: cfg.cg_max_iterations, or CG_MAX_ITERATIONS. Not the rows,
+    exact arithmetic's bound: in float64 the directions lose their conjugacy and a
+    small ill-conditioned Gram can need more (64 rows of the tests' small teacher: 5e-10 after
+    64 products)."""
+    return cfg.cg_max_iterations or CG_MAX_ITERATIONS
+
+
+def cg_solve(cfg: KernelConfig, x: torch.Tensor, y: torch.Tensor, jitter: float,
+             diagonal: torch.Tensor) -> tuple[torch.Tensor, int, torch.Tensor, float, bool]:
+    """α with (K + λI)α = Y (n, O) by Jacobi-preconditioned conjugate gradients, each output
+    its own recurrence (one blocked product serves all O), float64. An output stops when its
+    recurrence's residual is within cfg.cg_tolerance of its ‖Y‖; then the true residual Y −
+    (K + λI)α is recomputed (one more product) and, where rounding has let it drift above the
+    tolerance, CG restarts from it. Stops at cg_cap's products. Returns (α, products, the true
+    residual (n, O), its max over outputs of ‖r‖ / ‖Y‖, whether every output reached the
+    tolerance)."""
+    n = len(x)
+    cap = cg_cap(cfg, n)
+    precondition = (diagonal + jitter)[:, None]  # M = diag(K + λI): > 0 for rows not all zero
+    precondition = torch.where(precondition > 0, precondition, 1.0)
+    y_norm = torch.linalg.vector_norm(y, dim=0)
+    target = cfg.cg_tolerance * y_norm
+    alpha = torch.zeros_like(y)
+    residual = y.clone()
+    iterations = 0
+
+    def relative(r):
+        norm = torch.linalg.vector_norm(r, dim=0)
+        return torch.where(y_norm > 0, norm / torch.where(y_norm > 0, y_norm, 1.0), norm)
+
+    while True:
+        # (Re)start from the current residual: z = M⁻¹r, p = z.
+        z = residual / precondition
+        direction, rz = z.clone(), (residual * z).sum(0)
+        active = torch.linalg.vector_norm(residual, dim=0) > target
+        while bool(active.any()) and iterations < cap:
+            product = gram_product(cfg, x, direction, jitter)
+            iterations += 1
+            curvature = (direction * product).sum(0)
+            step = torch.where(active & (curvature > 0), rz / torch.where(curvature > 0, curvature, 1.0), 0.0)
+            alpha += step * direction
+            residual -= step * product
+            active &= torch.linalg.vector_norm(residual, dim=0) > target
+            z = residual / precondition
+            rz_next = (residual * z).sum(0)
+            beta = torch.where(active, rz_next / torch.where(rz != 0, rz, 1.0), 0.0)
+            direction = torch.where(active, z + beta * direction, direction)
+            rz = torch.where(active, rz_next, rz)
+        residual = y - gram_product(cfg, x, alpha, jitter)  # the true residual, not the recurrence's
+        reached = bool((torch.linalg.vector_norm(residual, dim=0) <= target).all())
+        if reached or iterations >= cap:
+            return alpha, iterations, residual, float(relative(residual).max()), reached
+
+
+def cg_fit(cfg: KernelConfig, x: torch.Tensor, y: torch.Tensor) -> Fit:
+    """fit's conjugate-gradient path: the same λ = jitter × mean diag K on the same diagonal,
+    α by cg_solve, K never held whole. A solve that stops at the cap is returned with
+    converged False and its residual (the caller reports it), and warned of on stderr."""
+    import sys
+
+    start = time.perf_counter()
+    diagonal = gram_diagonal(cfg, x)
+    built = time.perf_counter()
+    jitter = cfg.jitter * float(diagonal.mean())
+    alpha, iterations, true_residual, residual, converged = cg_solve(cfg, x, y, jitter, diagonal)
+    solved = time.perf_counter()
+    if not converged:
+        print(f"warning: cg did NOT converge: relative residual {residual:.3g} after {iterations} "
+              f"iterations (tolerance {cfg.cg_tolerance:g})", file=sys.stderr)
+    # Y − Kα = λα + r, with r the true residual of (K + λI)α = Y (Cholesky's takes r = 0).
+    train_rmse = float((jitter * alpha + true_residual).pow(2).mean().sqrt())
+    return Fit(KernelPredictor(cfg, x, alpha), jitter, train_rmse, built - start, solved - built,
+               solver="cg", iterations=iterations, relative_residual=residual, converged=converged)
 
 
 def training_rows(family, train_supports: np.ndarray, cfg: KernelConfig, seed: int):

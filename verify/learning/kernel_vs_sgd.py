@@ -55,6 +55,7 @@ KERNEL_METHODS = ("ntk", "nngp")
 NETWORKS = ("linearised", "trained")
 PARAMETRIZATIONS = ("standard", "ntk")  # kernels.PARAMETRIZATIONS, named here without torch (--help)
 SUP_SEARCHES = ("full", "in_proportion")
+SOLVERS = ("auto", "cholesky", "cg")  # kernel_limit.SOLVERS, named here without torch (--help)
 DATA = ("online", "finite")  # finite_rows.DATA, named here without torch (--help)
 # The settings that only some methods read: each is refused for the others (and a study's
 # grid point passes it only to the methods that read it: own_parameters).
@@ -65,7 +66,7 @@ APPLIES = {"width": NETWORKS, "steps": NETWORKS, "tasks_per_batch": NETWORKS, "l
            "tasks": KERNEL_METHODS,  # and the networks under --data finite (reads_setting)
            "ladder": KERNEL_METHODS, "max_tasks": KERNEL_METHODS,
            "sup_search": KERNEL_METHODS,
-           "jitter": KERNEL_METHODS}
+           "jitter": KERNEL_METHODS, "sigma_b2": KERNEL_METHODS, "solver": KERNEL_METHODS}
 LADDER_TOLERANCE = 0.005  # held-out R² that a doubling (of samples per task, or of tasks) may still move
 MEMORY_SHARE = 0.8  # of the memory available now, what a kernel solve may take
 
@@ -93,6 +94,8 @@ RUNTIME = ("threads", "no_progress", "json", "save", "device")
 METHOD_DEFAULTS = dict(width=256, parametrization="standard", tasks=512, ladder=False, max_tasks=None,
                        sup_search=None, data=None,
                        jitter=1e-10,
+                       # None: σ_b² = 0 and the auto solver, so a key without them is the key it was
+                       sigma_b2=None, solver=None,
                        steps=1500, tasks_per_batch=32, lr=HyperteacherFamily.optimiser["lr"],
                        weight_decay=HyperteacherFamily.optimiser["weight_decay"], probe_rows=256,
                        alpha=None)  # None: the plain network (a key without it is the key it was)
@@ -175,6 +178,14 @@ class KernelRun:
                                        "default full, in_proportion with --max-tasks")
     jitter: float | None = by_method(cli.non_negative_float,
                                      "ntk, nngp: λ/mean diag K added to K(X, X)'s diagonal")
+    sigma_b2: float | None = by_method(cli.non_negative_float,
+                                       "ntk, nngp: the bias variance σ_b² of the students' init that the "
+                                       "kernel assumes (default 0, zero biases as the students start: then "
+                                       "the kernels are homogeneous of degree 1 in the row)")
+    solver: str | None = by_method(choice(SOLVERS), "ntk, nngp: how (K + λI)α = Y is solved: cholesky "
+                                   "(dense, K held: 8n² bytes), cg (Jacobi-preconditioned conjugate "
+                                   "gradients, K formed in row blocks at every iteration: O(1024·n) "
+                                   "bytes), or auto (cholesky up to 32,768 rows, cg beyond); default auto")
     steps: int | None = by_method(cli.positive_int, "linearised, trained: training steps")
     tasks_per_batch: int | None = by_method(cli.positive_int, "linearised, trained: tasks per step")
     data: str | None = by_method(choice(DATA), "linearised, trained: online (fresh tasks every step, as "
@@ -206,6 +217,11 @@ class KernelRun:
                 raise UsageError(f"{flag(name)} does not apply to --method {method}{unless}")
         if data == "online":  # online is the unset default, the same run: its key is the key it was
             object.__setattr__(self, "data", None)
+        # Likewise σ_b² = 0 and the auto solver are the unset defaults: the same runs, the same keys.
+        if self.sigma_b2 is not None and checked("sigma_b2", self.sigma_b2, cli.non_negative_float) == 0.0:
+            object.__setattr__(self, "sigma_b2", None)
+        if self.solver == "auto":
+            object.__setattr__(self, "solver", None)
         check_fields(self)
         if self.K > self.M:
             raise UsageError(f"--K must be at most --M (got K={self.K}, M={self.M})")
@@ -267,7 +283,7 @@ def check_runnable(run: KernelRun) -> None:
     cli.check_device(run.runtime.device)
     if run.method in KERNEL_METHODS:
         _check_memory(max(run.tasks, run.max_tasks or 0), run.samples_per_task, run.depth,
-                      "--max-tasks" if run.max_tasks else "--tasks")
+                      "--max-tasks" if run.max_tasks else "--tasks", run.solver or "auto", run.O)
 
 
 def available_bytes() -> int:
@@ -282,17 +298,20 @@ def available_bytes() -> int:
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
-def _check_memory(tasks: int, samples_per_task: int, depth: int, name: str = "--tasks") -> None:
+def _check_memory(tasks: int, samples_per_task: int, depth: int, name: str = "--tasks",
+                  solver: str = "auto", outputs: int = 1) -> None:
     """Refuses (one line) a kernel solve of the largest fit the run makes that would not fit
-    MEMORY_SHARE of the memory available."""
-    from verify.learning.kernel_limit import solve_bytes
+    MEMORY_SHARE of the memory available (by the solver that fit would run)."""
+    from verify.learning.kernel_limit import chosen_solver, solve_bytes
 
     rows = tasks * samples_per_task
-    need, have = solve_bytes(rows, depth), available_bytes()
+    need, have = solve_bytes(rows, depth, solver, outputs), available_bytes()
     if need > MEMORY_SHARE * have:
+        dense = chosen_solver(solver, rows) == "cholesky"
         raise UsageError(f"{name} × --samples-per-task = {rows:,} rows: the kernel solve needs "
-                         f"{need / 2**30:.1f} GiB, more than {MEMORY_SHARE:.0%} of the "
-                         f"{have / 2**30:.1f} GiB available; lower {name} or --samples-per-task")
+                         f"{need / 2**30:.1f} GiB by {chosen_solver(solver, rows)}, more than "
+                         f"{MEMORY_SHARE:.0%} of the {have / 2**30:.1f} GiB available; lower {name} or "
+                         f"--samples-per-task" + (", or --solver cg" if dense else ""))
 
 
 def run_config(run: KernelRun) -> dict:
@@ -351,7 +370,8 @@ def _kernel_config(run: KernelRun, samples_per_task: int):
     # The NNGP reads no parametrization (its run sets none): KernelConfig takes the default's.
     parametrization = run.parametrization or METHOD_DEFAULTS["parametrization"]
     return KernelConfig(kernel=run.method, depth=run.depth, parametrization=parametrization,
-                        tasks=run.tasks, samples_per_task=samples_per_task, jitter=run.jitter)
+                        sigma_b2=run.sigma_b2 or 0.0, tasks=run.tasks, samples_per_task=samples_per_task,
+                        jitter=run.jitter, solver=run.solver or "auto")
 
 
 def _held_out_r2(family, predictor, sides, side: str = "held_out") -> float:
@@ -407,7 +427,8 @@ def fit_task_ladder(run: KernelRun, family, split, sides, progress) -> tuple[obj
         steps.append(dict(tasks=tasks, samples_per_task=run.samples_per_task, rows=rows,
                           supports_covered=int(len(np.unique(which[:tasks]))),
                           training_supports=int(len(split.train)), held_out_r2=held_out,
-                          in_distribution_r2=in_distribution, solve_bytes=solve_bytes(rows, run.depth),
+                          in_distribution_r2=in_distribution,
+                          solve_bytes=solve_bytes(rows, run.depth, cfg.solver, y_all.shape[1]),
                           peak_rss_bytes=peak_rss_bytes(), **result.summary()))
     limit = limit_of([s["tasks"] for s in steps], [s["held_out_r2"] for s in steps], LADDER_TOLERANCE)
     return result.predictor, dict(fit=steps[-1], ladder=None, ladder_settled=None, task_ladder=steps,
@@ -627,7 +648,11 @@ def format_report(r: dict) -> str:
         for step in [] if rec.get("task_ladder") else rec["ladder"] or [rec["fit"]]:
             lines.append(f"  fit on {step['rows']:,} rows ({step['samples_per_task']} x per task): "
                          f"held-out R² {step['held_out_r2']:.4f}, jitter λ = {step['jitter_absolute']:.2e}, "
-                         f"kernel {step['seconds_kernel']:.1f} s, solve {step['seconds_solve']:.1f} s")
+                         f"kernel {step['seconds_kernel']:.1f} s, solve {step['seconds_solve']:.1f} s"
+                         + format_solver(step))
+        if rec.get("task_ladder"):
+            lines += [f"  {s['tasks']:,} tasks: {format_solver(s).strip(' ,')}" for s in rec["task_ladder"]
+                      if s.get("solver") == "cg"]
         if rec["ladder"] is not None:
             lines.append(f"  ladder {'settled' if rec['ladder_settled'] else 'NOT settled'} "
                          f"(|ΔR²| < {LADDER_TOLERANCE} between the last two fits)")
@@ -667,6 +692,18 @@ def format_report(r: dict) -> str:
                      f"{lookup(r['metrics'], r['method'], side, 'sup'):>10.3e}")
     lines.append(f"({r['seconds']:.0f} s)")
     return "\n".join(lines)
+
+
+def format_solver(step: dict) -> str:
+    """A fit's solver as its report line ends: nothing for Cholesky (the runs before cg had
+    none); cg's iterations and final relative residual, and NOT converged where it stopped at
+    its cap short of its tolerance."""
+    if step.get("solver", "cholesky") == "cholesky":
+        return ""
+    verdict = "" if step["converged"] else (f", NOT converged (tolerance "
+                                            f"{step['config']['cg_tolerance']:g}): not a fit to its rows")
+    return (f", cg {step['cg_iterations']} iterations, relative residual "
+            f"{step['cg_relative_residual']:.2e}{verdict}")
 
 
 def format_task_ladder(rec: dict) -> list[str]:
