@@ -547,3 +547,17 @@ def test_the_committed_kernel_vs_sgd_store_passes_the_rotation_check():
                    if a["method"] in ("ntk", "nngp") and (a["method"], a["seed"]) == (b["method"], b["seed"])
                    and (a["encoding"], b["encoding"]) == ("identity", "orthogonal"))
     assert held_out < 1e-9
+
+
+def test_the_kernel_report_states_the_scales_deviations_beside_its_results():
+    """Every deviation of the cpu scale (its study file's list, the bias variance's included)
+    is a note of the report, as the effects tables' are."""
+    from verify.studies import grids
+    from verify.studies.grids import study_deviations
+    from verify.studies.kernel_report import effects_table
+
+    table = effects_table("kernel-vs-sgd", "cpu", grids.PACKAGED_RESULTS_DIR / "kernel-vs-sgd" / "cpu")
+    deviations = study_deviations("kernel-vs-sgd", "cpu")
+    assert any("σ_b² = 0" in d for d in deviations)
+    assert [n for n in table["notes"] if n.startswith("deviation")] == [
+        f"deviation from the paper at this scale: {d}" for d in deviations]

@@ -40,6 +40,7 @@ import numpy as np
 from verify import cli
 from verify.studies import behaviour
 from verify.studies.effects import code_of, csv_text, export_runs, store_notes
+from verify.studies.grids import study_deviations
 from verify.studies.store import RunStore, reads_report
 from verify.studies.verdicts import holm
 
@@ -245,6 +246,7 @@ def effects_table(study: str, scale: str, out: Path, keys: set[str] | None = Non
              "still moved by ≥ 0.005 at the last doubling): each is its fit at its row budget, neither "
              "settled nor extrapolated; verify.kernel's `--max-tasks` gives the ladder along tasks"
              ] if unsettled else []
+    notes += [f"deviation from the paper at this scale: {d}" for d in study_deviations(study, scale)]
     notes += store_notes(study, scale, n_done=len(done), n_failed=len(failed), n_stale=len(stale),
                         n_old=len(stored) - len(runs), keys=keys)
     return cli.plain(dict(study=study, scale=scale, program=PROGRAM, runs_done=len(done),
