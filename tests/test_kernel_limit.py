@@ -561,3 +561,27 @@ def test_the_kernel_report_states_the_scales_deviations_beside_its_results():
     assert any("σ_b² = 0" in d for d in deviations)
     assert [n for n in table["notes"] if n.startswith("deviation")] == [
         f"deviation from the paper at this scale: {d}" for d in deviations]
+
+
+def test_equivalence_to_the_limit_is_a_tost_on_the_unexplained_variance_holm_over_widths():
+    """Within ×1.25 of 1 − R²: a trained network whose 1 − R² is the limit's to ±2% is
+    equivalent; one with a third less (ratio 0.67) is not, however steady; and the TOST's p is
+    Holm-corrected over the widths, so a lone borderline width loses its call beside others."""
+    import math
+
+    from verify.studies.kernel_report import EQUIVALENCE_DELTA, analyse
+
+    ntk = (0.80, 0.85, 0.82)
+    def trained(ratios):  # R² whose 1 − R² is the limit's times each seed's ratio
+        return [(1 - n) - (1 - n) * r for n, r in zip(ntk, ratios, strict=True)]
+    widths = analyse(_planted({32: trained((1.01, 0.99, 1.02)), 64: trained((0.67, 0.66, 0.68))}, ntk=ntk)
+                     )["gaps"][0]["widths"]
+    near, far = (w["trained_within_delta"] for w in widths)
+    assert near["equivalent"] is True and near["ratio"] == pytest.approx(math.exp(
+        -sum(-math.log(r) for r in (1.01, 0.99, 1.02)) / 3), rel=1e-9)
+    assert far["equivalent"] is False and far["ratio"] == pytest.approx(0.67, abs=0.01)
+    assert near["p_holm"] == pytest.approx(min(1.0, 2 * near["p"]))
+    # Ratios 0.95, 0.70, 0.85: a mean inside ×1.25, but too spread for 3 seeds to show it.
+    edge = analyse(_planted({32: trained((0.95, 0.70, 0.85)), 64: trained((1.0, 1.0, 1.001))}, ntk=ntk)
+                   )["gaps"][0]["widths"][0]["trained_within_delta"]
+    assert -math.log(edge["ratio"]) < EQUIVALENCE_DELTA and edge["equivalent"] is False
