@@ -4,7 +4,9 @@ tasks (a support, or the whole set), for a DiffNet of many tasks.
 Every task starts as one box, its net's root (`net.root`: [-1, 1]^I for a DiffNet; a support's
 joint box of weights and x for a HullNet, hull.py). Boxes are bounded in batches (bounds.Bounder), and the
 open boxes with the largest upper ends are split in half, best first, along the side where the
-bound's linear function varies most (|slope| × width).
+bound's linear function varies most (|slope| × width), unless another side is over ASPECT times
+wider (`split_axis`: so that every side shrinks). A hull net's children are tightened to the
+weight levels they hold (`net.tighten`), and a child that holds no task is dropped.
 A box is closed once its upper end is at most `ratio` × the lower end of its group (`goal`
 "support": its support's; "set": the whole set's), or at most `abs_tol`: refining it cannot
 change whether the bracket is within the ratio. The upper end of a group is the largest upper

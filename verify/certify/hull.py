@@ -37,6 +37,11 @@ Floating point, per box (the bound holds for the exact f(E z, x) − g(z, x) at 
   into d₀ with the half-widths (summed, then rounded up by γ_{K+2} and nextafter).
 bounds.py's own margins assume |u| ≤ 1, which holds: the levels are in [0.5, 1].
 
+Splits (`tighten`, `split_at`). The sup is over the support's tasks, whose active weights are
+levels, so a box's ζ_j side is cut between two levels and shrunk to the levels it holds (its ends
+are levels), and a box whose ζ_j side holds none is dropped: it holds no task. A side that holds
+one level has width 0 (r_w = 0: the products with it are exact).
+
 The lower end. A point u found by the search has a ζ of the box, not always a task of the family;
 `project` rounds each active ζ_j to the nearest level (so the error reported is one the network
 has at a real task), and bab.py evaluates and reports only projected points.
