@@ -80,8 +80,17 @@ goes (so a weight side reaches width 0 and its products are exact). Measured on 
     M 8, K 2   4×32        hull       180 s   1.24×, 43,929 boxes, 49.7 s     1.25×, 23,875 boxes, 28.1 s
                            enumerate  180 s   1.25×, 91,278 boxes, 70.3 s     1.25×, 77,480 boxes, 53.4 s
 
-(the M 8 rows stop at the ratio; their brackets are [2.0025, 2.474] and [2.0025, 2.503]). Off a
-terminal the search prints a heartbeat line every 30 s: elapsed, boxes, open boxes, bracket.
+    M 16, K 3  4×32        hull       600 s   [2.798, 5.172] 1.85×, 1,438,258 [2.798, 3.498] 1.25×, 425,830
+
+(the M 8 rows stop at the ratio; their brackets are [2.0025, 2.474] and [2.0025, 2.503]; the
+600 s "after" stopped at the ratio in 434 s, the "before" is the run above). Which fix did it, at
+M 16, K 3 (each pair side by side): at 300 s, the aspect cap alone 5.165 (217,650 boxes), the
+levels alone 4.563 (215,602), both 4.547 at 215,602 boxes; to the ratio, the levels alone 445 s
+and 429,432 boxes, both 434 s and 425,830. So the levels are the cure here (the weight sides,
+pinned at width 0, stop taking splits, and the x sides get them); the cap is the guarantee that
+no side is left wide (a test's network has a side whose slope is 0: without the cap it is never
+split, and the bracket stays 10× wide). Off a terminal the search prints a heartbeat line every
+30 s: elapsed, boxes, open boxes, bracket.
 """
 
 from __future__ import annotations
