@@ -366,3 +366,65 @@ def test_bad_input_is_one_line_and_exit_2(saved_run, tmp_path, capsys, argv):
     code = certify_main([folders.get(a, a) for a in argv])
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1 and "Traceback" not in err, err
+
+
+# ─── the split rule: every side of a box shrinks ───────────────────────────────────────────
+
+
+def flat_slope_net():
+    """D(x) = ReLU(x₂) + ReLU(−x₂) − ReLU(x₂) − ReLU(−x₂) + 0.1·x₁ = 0.1·x₁, sup |D| = 0.1 at x₁ = ±1,
+    as one ReLU network of x ∈ [-1, 1]² (the pairs are separate units). On a box symmetric in x₂,
+    CROWN's bound is 0.1·x₁'s plus x₂'s half-width (the two chords against the two lower lines), and
+    its linear function has slope 0 along x₂: so |slope| × width never picks x₂, and a split rule by
+    that score alone halves x₁ forever at a bound ≥ 1 (the M 16, K 3 hull's stall, in small)."""
+    from verify.certify.graph import DiffNet
+
+    Ws = torch.tensor([[0.0, 1], [0, -1], [0, 1], [0, -1], [1, 0]], dtype=torch.float64)
+    b0 = torch.tensor([[0.0, 0, 0, 0, 1]], dtype=torch.float64)  # the last unit, x₁ + 1 ≥ 0, is active
+    W_out = torch.tensor([[1.0, 1, -1, -1, 0.1]], dtype=torch.float64)
+    return DiffNet(
+        Ws,
+        torch.zeros(1, 0, 2, dtype=torch.float64),
+        b0,
+        torch.zeros_like(b0),
+        [],
+        W_out,
+        torch.tensor([-0.1], dtype=torch.float64),
+    )
+
+
+def test_a_side_with_a_flat_bound_is_still_split():
+    net = flat_slope_net()
+    x = torch.tensor([[1.0, 0.3], [-1.0, -0.7], [0.2, 0.9]], dtype=torch.float64)
+    assert torch.allclose(net.forward(torch.zeros(3, dtype=torch.long), x)[:, 0], 0.1 * x[:, 0], atol=1e-15)
+    br = branch_and_bound(
+        net, torch.zeros(1, dtype=torch.long), ratio=1.25, seconds=30, max_nodes=2000, progress=False
+    )
+    assert float(br.lower[0]) == pytest.approx(0.1, abs=1e-12)
+    assert br.stop == "ratio" and float(br.upper[0]) <= 1.25 * float(
+        br.lower[0]
+    )  # the old rule: ≥ 1, "nodes"
+
+
+def test_split_axis_caps_the_aspect():
+    from verify.certify.bab import ASPECT, split_axis
+
+    net = flat_slope_net()
+    task = torch.zeros(3, dtype=torch.long)
+    lo = torch.tensor([[-1.0, -1.0], [-1.0, -1.0], [-1.0, 0.0]], dtype=torch.float64)
+    hi = torch.tensor([[-1 + 2 / (2 * ASPECT), 1.0], [-0.5, 1.0], [1.0, 0.0]], dtype=torch.float64)
+    score = torch.tensor([[1.0, 1e-9], [1.0, 1e-9], [0.0, 5.0]], dtype=torch.float64)
+    # over ASPECT× wider: the wide side; within it: the score's; a side of width 0: never
+    assert split_axis(net, task, lo, hi, score).tolist() == [1, 0, 0]
+
+
+def test_a_heartbeat_off_a_terminal(capsys, monkeypatch):
+    """Off a terminal (stderr captured) the search prints plain lines with its boxes and bracket;
+    with progress off (False, --no-progress) it prints nothing."""
+    monkeypatch.setenv("COMPGEN_HEARTBEAT_SECONDS", "0")  # a line per round
+    net = flat_slope_net()
+    branch_and_bound(net, torch.zeros(1, dtype=torch.long), ratio=1.25, seconds=30, max_nodes=40)
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("certify: second")]
+    assert lines and all("of 30" in line and "boxes" in line and "bracket [" in line for line in lines)
+    branch_and_bound(net, torch.zeros(1, dtype=torch.long), seconds=30, max_nodes=40, progress=False)
+    assert "certify:" not in capsys.readouterr().err

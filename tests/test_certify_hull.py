@@ -266,3 +266,48 @@ def test_certify_supports_hull_reports_a_real_task_within_the_exact_sups(hull_in
         assert max(exact[t][0] for t in mine) - MILP_TOL <= p["upper"]
         assert p["lower"] <= max(exact[t][1] for t in mine) + MILP_TOL
         assert np.isin(p["z"], teacher.weight_values).all()
+
+
+def test_a_box_holds_only_the_levels_in_it(hull_instance):
+    """tighten: each active weight's side shrinks to the levels it holds, and a box where one holds
+    none goes (no task is in it; on M 16, K 3 such a box, [0.6901, 0.6902] × [0.9556, 0.9557] in the
+    weights, held the upper end at 5.17 for minutes); split_at cuts the weights between levels."""
+    _, _, net, _, _, _ = hull_instance
+    task = torch.tensor([0, 0, 1])
+    lo, hi = net.root(task)
+    lo[0, :2], hi[0, :2] = torch.tensor([0.55, 0.5]), torch.tensor([0.83, 0.6])
+    lo[1, 0], hi[1, 0] = 0.61, 0.69  # no level
+    lo[2, 3], hi[2, 3] = -0.3, 0.2  # support [1]: slot 1 is empty ([0, 0]); x is left alone
+    tlo, thi, keep = net.tighten(task, lo, hi)
+    assert keep.tolist() == [True, False, True]
+    assert tlo[0, :2].tolist() == [0.6, 0.5] and thi[0, :2].tolist() == [0.8, 0.6]
+    assert torch.equal(tlo[2], lo[2]) and torch.equal(thi[2], hi[2])
+    assert torch.equal(tlo[:, net.K :], lo[:, net.K :]) and torch.equal(thi[:, net.K :], hi[:, net.K :])
+    # the root's weight [0.5, 1] is cut between 0.7 and 0.8; an x side at its midpoint
+    rlo, rhi = net.root(task[:2])
+    mid = torch.tensor([0.75, 0.0], dtype=torch.float64)
+    cut = net.split_at(task[:2], rlo, rhi, torch.tensor([0, net.K]), mid)
+    assert 0.7 < float(cut[0]) < 0.8 and float(cut[1]) == 0.0
+    for a, b in ((rlo[0, 0], cut[0]), (cut[0], rhi[0, 0])):
+        l, h = rlo[:1].clone(), rhi[:1].clone()
+        l[0, 0], h[0, 0] = a, b
+        tl, th, k = net.tighten(task[:1], l, h)
+        assert bool(k[0]) and {float(tl[0, 0]), float(th[0, 0])} <= {0.5, 0.7, 0.8, 1.0}
+
+
+def test_every_box_the_hull_search_bounds_holds_a_task(hull_instance, monkeypatch):
+    """The boxes bounded in a search have levels at both ends of every active weight's side."""
+    _, _, net, _, _, _ = hull_instance
+    seen = []
+    original = Bounder.bound
+
+    def spy(self, task, lo, hi, method="crown"):
+        seen.append((task, lo[:, : net.K].clone(), hi[:, : net.K].clone()))
+        return original(self, task, lo, hi, method)
+
+    monkeypatch.setattr(Bounder, "bound", spy)
+    branch_and_bound(net, torch.arange(net.T), ratio=1.0001, max_nodes=600, goal="support", progress=False)
+    levels = set(net.levels.tolist())
+    for task, lo, hi in seen:
+        active = net.zhi[task] > 0
+        assert set(lo[active].tolist()) <= levels and set(hi[active].tolist()) <= levels

@@ -4,7 +4,9 @@ tasks (a support, or the whole set), for a DiffNet of many tasks.
 Every task starts as one box, its net's root (`net.root`: [-1, 1]^I for a DiffNet; a support's
 joint box of weights and x for a HullNet, hull.py). Boxes are bounded in batches (bounds.Bounder), and the
 open boxes with the largest upper ends are split in half, best first, along the side where the
-bound's linear function varies most (|slope| × width).
+bound's linear function varies most (|slope| × width), unless another side is over ASPECT times
+wider (`split_axis`: so that every side shrinks). A hull net's children are tightened to the
+weight levels they hold (`net.tighten`), and a child that holds no task is dropped.
 A box is closed once its upper end is at most `ratio` × the lower end of its group (`goal`
 "support": its support's; "set": the whole set's), or at most `abs_tol`: refining it cannot
 change whether the bracket is within the ratio. The upper end of a group is the largest upper
@@ -19,12 +21,18 @@ The caller evaluates the best points again on the student and teacher themselves
 
 from __future__ import annotations
 
+import math
+import sys
 import time
 from dataclasses import dataclass
 
 import torch
 
 from verify.certify.bounds import Bounder
+from verify.cli import Heartbeat, heartbeat_seconds
+
+# Seconds between heartbeat lines off a terminal: a search runs for minutes, and its bracket moves.
+HEARTBEAT = 30.0
 
 # Floats in CROWN's largest temporary, (boxes, 2n, n), per bounding call. Below glibc's largest mmap
 # threshold (32 MiB), the allocator reuses freed memory; above it, every temporary was a fresh
@@ -58,6 +66,34 @@ def _chunk(bounder, net, batch: int) -> int:
 def _scatter_max(values: torch.Tensor, index: torch.Tensor, G: int, fill: float) -> torch.Tensor:
     out = torch.full((G,), fill, dtype=values.dtype, device=values.device)
     return out.scatter_reduce(0, index, values, reduce="amax", include_self=True)
+
+
+# The most a box's side may exceed the split side, both relative to the root's: see split_axis.
+ASPECT = 16.0
+
+
+def split_axis(net, task, lo, hi, score) -> torch.Tensor:
+    """The side to halve per box: where the bound's linear function varies most across the box
+    (`score`: |slope| × width, and a hull net's product terms), unless another side is over ASPECT
+    times wider (each relative to its root's), then the widest. The score sees only the final
+    linear function, not the ReLU relaxations that a side's width loosens: on M 16, K 3 (4×32), the
+    top box's slope along x₁, x₂ was ~1e-5 while they drove its unstable units, so they stayed at
+    [-1, 1] while the other sides shrank to 1e-4, and the upper end stalled at 5.17 (the bound of
+    a box that is a point in 5 of 7 sides). The cap makes every side shrink with the box, so a
+    box's bound tends to the sup on it. A side of width 0 is never split."""
+    rlo, rhi = net.root(task)
+    root = rhi - rlo
+    side = hi - lo
+    rel = torch.where(
+        root > 0, side / torch.where(root > 0, root, torch.ones_like(root)), torch.zeros_like(side)
+    )
+    rows = torch.arange(len(task), device=lo.device)
+    best = torch.where(side > 0, score, torch.full_like(score, -1.0)).argmax(1)
+    widest = rel.argmax(1)
+    lagging = (
+        (rel[rows, widest] > ASPECT * rel[rows, best]) | (score[rows, best] <= 0) | (side[rows, best] <= 0)
+    )
+    return torch.where(lagging, widest, best)
 
 
 def ascend(net, task: torch.Tensor, x: torch.Tensor, steps: int = 20, step: float = 0.05):
@@ -194,6 +230,11 @@ def branch_and_bound(
     from verify.cli import progress as progress_bar
 
     bar = progress_bar(bar_total, "certify (boxes)", progress, unit="box")
+    # Off a terminal the bar is hidden: a plain line every HEARTBEAT seconds (or the project's shorter
+    # interval, $COMPGEN_HEARTBEAT_SECONDS) says the search is alive and where its bracket stands.
+    on = progress is None and not sys.stderr.isatty()
+    budget = int(math.ceil(seconds)) if math.isfinite(seconds) else 0
+    beat = Heartbeat(budget, "certify", "second", every=min(HEARTBEAT, heartbeat_seconds()) if on else None)
     task = torch.arange(T, device=dev)
     lo, hi = net.root(task)
     up, score = bound(task, lo, hi)
@@ -223,6 +264,10 @@ def branch_and_bound(
         bar.set_postfix_str(
             f"open {len(task)}, bracket [{float(lower.max()):.4g}, {top_up:.4g}]", refresh=False
         )
+        beat.update(
+            int(time.perf_counter() - start),
+            f"{nodes:,} boxes, {len(task):,} open, bracket [{float(lower.max()):.4g}, {top_up:.4g}]",
+        )
         if len(task) == 0:
             stop = "ratio"
             break
@@ -236,19 +281,23 @@ def branch_and_bound(
         if max_nodes is not None:
             n_split = min(n_split, (max_nodes - nodes) // 2)
         top = torch.topk(up, n_split).indices
-        # Split where the bound's linear function varies most across the box (|slope| × width),
-        # the widest side when there is none.
-        axis = torch.where(score[top].amax(1) > 0, score[top].argmax(1), (hi[top] - lo[top]).argmax(1))
+        axis = split_axis(net, task[top], lo[top], hi[top], score[top])
         rows = torch.arange(n_split, device=dev)
         mid = (lo[top, axis] + hi[top, axis]) / 2
+        if hasattr(net, "split_at"):  # a hull net cuts its weights between levels
+            mid = net.split_at(task[top], lo[top], hi[top], axis, mid)
         lo1, hi1, lo2, hi2 = lo[top].clone(), hi[top].clone(), lo[top].clone(), hi[top].clone()
         hi1[rows, axis] = mid
         lo2[rows, axis] = mid
         ct = torch.cat([task[top], task[top]])
         clo, chi = torch.cat([lo1, lo2]), torch.cat([hi1, hi2])
+        pup = torch.cat([up[top], up[top]])
+        if hasattr(net, "tighten"):  # a hull net's boxes shrink to the levels they hold, or go
+            clo, chi, holds = net.tighten(ct, clo, chi)
+            ct, clo, chi, pup = ct[holds], clo[holds], chi[holds], pup[holds]
         # A child's bound is also bounded by its parent's (the parent's box holds it).
         cup, cscore = bound(ct, clo, chi)
-        cup = torch.minimum(cup, torch.cat([up[top], up[top]]))
+        cup = torch.minimum(cup, pup)
         splits += n_split
         bar.update(2 * n_split)
         keep = torch.ones(len(task), dtype=torch.bool, device=dev)
@@ -264,6 +313,7 @@ def branch_and_bound(
         if rounds % 8 == 0:
             climb(task, lo, hi, up)
     bar.close()
+    beat.close()
     upper = closed.clone()
     if len(task):
         upper = torch.maximum(upper, _scatter_max(up, groups[task], G, -torch.inf))

@@ -58,11 +58,39 @@ students, --ratio 1.25, --goal set), beside --z enumerate in the same session:
 At M 8 the hull is as fast as enumeration, with half the boxes, and its lower end (one point
 per support, then the worst of the support's tasks at its x) a little lower. At M 16, K 3 it
 halves the upper end at equal time: the same number of boxes, spent on 174 supports instead of
-32,094 tasks. The 600 s run did not move the upper end at all: the top supports' ends (5.1718 for {0, 1},
-5.0541, 5.0525, …) are the 240 s run's to every digit, over 800,000 more boxes. Not understood yet:
-best-first should split the top box in the next round, so its descendants' bounds stay at the
-parent's (a child's bound is the smaller of its own and its parent's). It is not a soundness
-question (the end is conservative), but it is where to look next.
+32,094 tasks.
+
+The stall, and its fix. The 600 s run above did not move the upper end past 5.172 (the top
+support {0, 1}). Instrumented (the top box every 10 s), the top box had become a point in 5 of
+its 7 sides, ζ ∈ [0.6901, 0.6902] × [0.9556, 0.9557] and x₀, x₃ of width 1e-4, while x₁, x₂ were
+still [-1, 1]: the bound's linear function has slope ~1e-5 along x₁, x₂ (the ReLU relaxations
+flatten it), so the split rule (|slope| × width) never chose them, though their width is what
+leaves the box's units unstable; the bound of that box tends to 5.17, and best-first spent every
+later split on its descendants (the 1,024th largest open bound rose to 5.164). That box also
+holds no task: its weights lie between the levels. Two fixes (bab.split_axis, hull.HullNet.tighten
+and split_at): a side over ASPECT = 16 times wider than the score's choice (relative to the
+root) is split instead, so every side shrinks and each box's bound tends to its sup; and a hull
+box's weights shrink to the levels they hold, are cut between levels, and a box that holds none
+goes (so a weight side reaches width 0 and its products are exact). Measured on the same students,
+--threads 1, the two runs of each pair side by side on the shared machine (load ≈ 4):
+
+    teacher    student     z          budget  before                          after
+    M 16, K 3  4×32        hull       120 s   [2.798, 9.136] 3.26×, 49,714    [2.798, 7.036] 2.51×, 66,098
+                                      300 s   [2.798, 5.337] 1.91×, 199,218   [2.798, 3.980] 1.42×, 307,762
+    M 8, K 2   4×32        hull       180 s   1.24×, 43,929 boxes, 49.7 s     1.25×, 23,875 boxes, 28.1 s
+                           enumerate  180 s   1.25×, 91,278 boxes, 70.3 s     1.25×, 77,480 boxes, 53.4 s
+
+    M 16, K 3  4×32        hull       600 s   [2.798, 5.172] 1.85×, 1,438,258 [2.798, 3.498] 1.25×, 425,830
+
+(the M 8 rows stop at the ratio; their brackets are [2.0025, 2.474] and [2.0025, 2.503]; the
+600 s "after" stopped at the ratio in 434 s, the "before" is the run above). Which fix did it, at
+M 16, K 3 (each pair side by side): at 300 s, the aspect cap alone 5.165 (217,650 boxes), the
+levels alone 4.563 (215,602), both 4.547 at 215,602 boxes; to the ratio, the levels alone 445 s
+and 429,432 boxes, both 434 s and 425,830. So the levels are the cure here (the weight sides,
+pinned at width 0, stop taking splits, and the x sides get them); the cap is the guarantee that
+no side is left wide (a test's network has a side whose slope is 0: without the cap it is never
+split, and the bracket stays 10× wide). Off a terminal the search prints a heartbeat line every
+30 s: elapsed, boxes, open boxes, bracket.
 """
 
 from __future__ import annotations

@@ -37,6 +37,11 @@ Floating point, per box (the bound holds for the exact f(E z, x) − g(z, x) at 
   into d₀ with the half-widths (summed, then rounded up by γ_{K+2} and nextafter).
 bounds.py's own margins assume |u| ≤ 1, which holds: the levels are in [0.5, 1].
 
+Splits (`tighten`, `split_at`). The sup is over the support's tasks, whose active weights are
+levels, so a box's ζ_j side is cut between two levels and shrunk to the levels it holds (its ends
+are levels), and a box whose ζ_j side holds none is dropped: it holds no task. A side that holds
+one level has width 0 (r_w = 0: the products with it are exact).
+
 The lower end. A point u found by the search has a ζ of the box, not always a task of the family;
 `project` rounds each active ζ_j to the nearest level (so the error reported is one the network
 has at a real task), and bab.py evaluates and reports only projected points.
@@ -134,6 +139,42 @@ class HullNet:
         near = torch.where(self.zhi[task] > 0, near, torch.zeros_like(near))
         zeta = zeta + (near - zeta).detach()
         return torch.cat([zeta, u[:, self.K :]], 1)
+
+    def tighten(self, task, lo, hi):
+        """(lo, hi, keep): each active ζ_j's interval shrunk to the hull of the levels in it, and keep
+        False for a box where some active ζ_j holds no level. The search is over the support's tasks,
+        whose weights are levels: a box's part between two levels holds none of them, and its bound
+        (D there is not one the family has) is no part of the sup. Without this, best-first refined
+        a box of ζ ∈ [0.6901, 0.6902] × [0.9556, 0.9557] for minutes (M 16, K 3: the stall at 5.17).
+        The endpoints are levels (their float64 values, compared exactly), so r_w = 0 on a ζ_j that
+        holds one level: the teacher's product with it is exact there."""
+        L = self.levels.sort().values
+        zl, zh = lo[:, : self.K], hi[:, : self.K]
+        active = self.zhi[task] > 0
+        i = torch.searchsorted(L, zl.contiguous(), right=False)  # first level ≥ zl
+        j = torch.searchsorted(L, zh.contiguous(), right=True) - 1  # last level ≤ zh
+        keep = ~(active & (i > j)).any(1)
+        n = len(L)
+        new_l = torch.where(active & (i < n), L[i.clamp(max=n - 1)], zl)
+        new_h = torch.where(active & (j >= 0), L[j.clamp(min=0)], zh)
+        lo = torch.cat([torch.where(keep[:, None], new_l, zl), lo[:, self.K :]], 1)
+        hi = torch.cat([torch.where(keep[:, None], new_h, zh), hi[:, self.K :]], 1)
+        return lo, hi, keep
+
+    def split_at(self, task, lo, hi, axis, mid):
+        """Where to cut each box along `axis`: on an active ζ_j, halfway between the two middle levels
+        of the ones in its interval (so that, tightened, the halves hold half the levels each, and
+        neither holds the other's), elsewhere `mid`, the side's midpoint."""
+        L = self.levels.sort().values
+        rows = torch.arange(len(task), device=lo.device)
+        on_z = axis < self.K
+        a = axis.clamp(max=self.K - 1)
+        zl, zh = lo[rows, a], hi[rows, a]
+        i = torch.searchsorted(L, zl.contiguous())
+        j = torch.searchsorted(L, zh.contiguous(), right=True) - 1
+        m = ((i + j) // 2).clamp(0, len(L) - 2)
+        between = (L[m] + L[m + 1]) / 2
+        return torch.where(on_z & (j > i), between, mid)
 
     def forward(self, task, u):
         """D at joint points u (B, K + I) of the supports `task` (B,), in float64: (B, O)."""
