@@ -120,3 +120,24 @@ def test_a_condition_more_seeds_may_show_wants_the_next_look_and_holds_its_share
     assert (out_of_reach.outcome, out_of_reach.wanted) == (V.NOT_TESTABLE, None)
     last = S.judge([_pending(8)], plan)[0]
     assert (last.outcome, last.wanted, last.agrees) == (V.NOT_TESTABLE, None, V.NOT_TESTABLE)
+
+
+def test_a_comparison_without_a_claim_is_judged_at_its_looks_and_never_given_seeds():
+    """task-support compares every support kind with random, the paper claims three: the others
+    are judged at their last complete look, inconclusive there if undecided, and want no runs
+    (a plan that wanted them spent 10 runs a look on supports nobody claims anything of)."""
+    from verify.studies import verdicts as V
+    plan = V.Plan(test="paired", claims=(V.Claim("split", "hurts", "a", "random", delta=0.03, why="w"),),
+                  looks=(5, 10, 20))
+    rng = np.random.default_rng(3)
+    noisy = V.Comparison("equal vs random", dict(enumerate(0.9 + 0.01 * rng.standard_normal(5))),
+                         dict(enumerate(0.9 + 0.01 * rng.standard_normal(5))))
+    v = S.judge([noisy], plan)[0]
+    assert (v.outcome, v.wanted, v.look) == (V.INCONCLUSIVE, None, 1)
+    assert "no paper claim: the plan adds no seeds to it (look 2 would need 10 seeds an arm, 5 in)" in v.why
+    assert v.p is not None and v.agrees is None
+    few = S.judge([V.Comparison("x", {1: 0.9, 2: 0.8}, {1: 0.7, 2: 0.75})], plan)[0]
+    assert (few.outcome, few.wanted, few.p) == (V.NOT_TESTABLE, None, None)
+    # A claimed comparison with the same numbers stays open and wants look 2's seeds.
+    claimed = V.Comparison("a vs random", noisy.treatment, noisy.control, plan.claims[0])
+    assert (S.judge([claimed], plan)[0].outcome, S.judge([claimed], plan)[0].wanted) == (V.OPEN, 10)

@@ -222,6 +222,8 @@ def _judge_one(c: verdicts.Comparison, plan: verdicts.Plan, seq: SequentialPlan,
         sub = _at(c, n, test)
         have = min(len(sub.treatment), len(sub.control))
         if have < n:
+            if claim is None:  # no paper claim: described at the looks it has, never given seeds
+                return _unclaimed(sub, test, plan, last, k, n, have)
             return _open(c, sub, test, plan, last, k, n, have)
         v = verdicts._measure(sub, test, plan)
         v.look, v.looks, v.look_level, v.units, v.wanted = k + 1, len(seq.looks), levels[k], n, n
@@ -243,6 +245,23 @@ def _judge_one(c: verdicts.Comparison, plan: verdicts.Plan, seq: SequentialPlan,
         verdicts.agreement(v)
         return v
     raise AssertionError("the last look always decides")
+
+
+def _unclaimed(sub, test, plan, last, k: int, n: int, have: int) -> verdicts.Verdict:
+    """A comparison the study file states no claim for (a support kind the paper says nothing
+    of): the plan spends no runs on it, so it is judged at its last complete look and stays
+    inconclusive there if that look did not decide it (before its first: described, not tested)."""
+    if last is None:
+        v = verdicts._measure(sub, test, plan)
+        v.p = v.p_equivalence = v.t = v.se = v.ci = None
+        v.outcome = verdicts.NOT_TESTABLE
+    else:
+        v = last
+        v.outcome = verdicts.INCONCLUSIVE
+    v.wanted = None
+    v.why = (f"no paper claim: the plan adds no seeds to it (look {k + 1} would need {n} seeds an arm, "
+             f"{have} in)")
+    return v
 
 
 def _open(c, sub, test, plan, last, k: int, n: int, have: int) -> verdicts.Verdict:
