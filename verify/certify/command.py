@@ -91,6 +91,53 @@ pinned at width 0, stop taking splits, and the x sides get them); the cap is the
 no side is left wide (a test's network has a side whose slope is 0: without the cap it is never
 split, and the bracket stays 10× wide). Off a terminal the search prints a heartbeat line every
 30 s: elapsed, boxes, open boxes, bracket.
+
+The 4×256 student under --z hull: the issue's target (≤ 1.25× in 15 min on 2 cores) is not met,
+and no change to the bounds within reach would meet it. The student: `verify.sgd --M 16 --K 3
+--I 4 --H 4 --O 4 --seed 1 --shapes custom --widths 256 256 256 256 --steps 10000
+--tasks-per-batch 32` (51 s of training; R² 0.991 train, 0.985 held out; searched held-out sup
+0.428). `--z hull --seconds 900 --threads 1` (nice 10, the shared machine at load ≈ 4): held-out
+sup error in [0.474, 112.9] (238×), 43,570 boxes (42,290 of them bounded again by CROWN's
+intermediate bounds), 21,872 open, stop at the budget. The heartbeat's upper end: 246.5 at 47 s,
+228.7 at 212 s, 181.4 at 352 s, 127.4 at 576 s, 112.9 at 882 s (about 48 boxes a second). Every
+support's upper end is still in [105.5, 112.9]: best-first spread its ~22,000 splits over all
+174 supports, about 125 each, so every box is still near its root's size. With --intermediate
+crown (CROWN's intermediate bounds on every box, no forward tier first), run after it on the
+same machine: the same upper end, 112.9, at 41,522 boxes in 916 s (lower 0.413): the forward
+tier neither costs nor gains here.
+
+Why, measured on that student (CROWN's bound and the unstable units per ReLU layer, beside the
+largest error of 5,000 sampled points of the box; boxes of x half-width r around the worst
+sampled point (of 2,000 per support, then 100,000 on the worst, {1, 2, 6}); "ζ point": its
+weights pinned at that point's task, (1, 0.9, 1); "ζ hull": over the support's [0.5, 1]³; the
+hull roots: the 4 supports with the largest forward bounds):
+
+    box               sampled  IBP     forward  CROWN   CROWN's unstable units   sampled crossing
+    hull roots        0.20–0.35  2,989 1,462    270     258, 260, 260, 260
+    ζ point, r 1      0.66     1,301   273      46.3    156, 242, 259, 259       143, 147, 151, 129
+             r 0.5    0.68     669     55.4     6.54    81, 130, 201, 257        69, 70, 65, 65
+             r 0.25   0.69     379     13.2     1.32    45, 59, 69, 93           41, 34, 35, 31
+             r 0.1    0.70     197     2.81     0.80    21, 29, 28, 26           20, 22, 18, 10
+             r 0.05   0.70     120     1.08     0.73    17, 18, 19, 13           13, 13, 9, 7
+    ζ hull,  r 0.1    0.66     590     42.4     4.79    64, 110, 177, 245        56, 58, 61, 64
+             r 0.02   0.69     459     24.1     2.43    52, 76, 119, 163         49, 50, 50, 53
+
+The looseness is the single-neuron relaxation of hundreds of unstable units compounding over 4
+layers: at r = 1 CROWN's intermediate widths are 0.78, 1.46, 4.0, 14.6 per layer (means) where
+the sampled pre-activations span 0.70, 0.60, 0.56, 0.59; forward bounds give 0.78, 1.46, 9.7, 101
+and IBP 0.78, 5.2, 35, 243. The intermediate bounds are CROWN's already (--intermediate auto:
+forward, then CROWN's on every box left open, here 97% of them); they take the output's bound
+from 273 to 46 at r = 1, and α barely moves it (the table above, 197 → 184). CROWN is within 1.25×
+only from x half-width ≈ 0.1 with ζ pinned at a task; with ζ over the hull it stays ≥ 3.5× even at
+r = 0.02 (ζ alone leaves ~50 first-layer units unstable). The looseness at r = 0.25 (0.63) is
+above the target 1.25 × 0.474 = 0.59 itself, so, if it is alike elsewhere, every region of every
+task must be refined below r ≈ 0.25, and near the top to r ≈ 0.1: 10³–10⁴ x-boxes per task
+((1/r)⁴) times 32,094 tasks, 3·10⁷–3·10⁸ CROWN bounds, at 48 a second 8–80 days of one shared
+core. The rounding margin is not the limit (3.1 at the largest, against upper ends of 100–250;
+under 0.003 at r = 0.02). What it would take: 10³–10⁴× more bounds a second (a GPU's batches of
+thousands of boxes: not measured, no device was lent), or bounds that do not need small boxes:
+ReLU splits with β-CROWN's multipliers, or multi-neuron relaxations, on the few dozen units that
+stay unstable.
 """
 
 from __future__ import annotations
