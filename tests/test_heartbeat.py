@@ -33,6 +33,10 @@ def test_a_heartbeat_prints_count_elapsed_eta_and_note_once_an_interval_has_pass
     beat.update(3, "loss 1.00e-01")
     line = capsys.readouterr().err
     assert re.fullmatch(r"train x: step 3 of 10, \d+:\d\d elapsed, ETA \d+:\d\d, loss 1.00e-01\n", line), line
+    # A count past its total (certify's seconds over a budget) has no time left, never a negative one.
+    over = cli.Heartbeat(10, "certify", "second", every=0.0)
+    over.update(12)
+    assert "ETA 0:00" in capsys.readouterr().err
     quiet = cli.Heartbeat(10, "train x", "step", every=3600.0)
     quiet.update(5)
     assert capsys.readouterr().err == ""  # not every update: only once the interval has passed

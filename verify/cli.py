@@ -626,7 +626,8 @@ class Heartbeat:
 
     def _eta(self, now: float) -> str:
         done = self.k - self.start
-        return clock((now - self._began) * (self.total - self.k) / done) if done > 0 else "unknown"
+        # A count past its total (a budget in seconds that ran over) has nothing left: ETA 0:00.
+        return clock((now - self._began) * max(0, self.total - self.k) / done) if done > 0 else "unknown"
 
 
 def clock(seconds: float) -> str:
