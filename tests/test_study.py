@@ -22,7 +22,7 @@ from tests.test_pack import same_metrics
 from verify.learning.families import HyperteacherFamily
 from verify.learning.records import lookup
 from verify.studies import commands as study
-from verify.studies import grids, provenance
+from verify.studies import grids, provenance, staged
 from verify.studies.effects import _claim_effects, effects_table
 from verify.studies.store import RunStore, config_key
 
@@ -281,7 +281,9 @@ def test_support_effects_are_called_against_random_and_a_disagreement_is_reporte
     seed_values |= {(id(r), side): dict(enumerate((0.995, 0.995, 0.995), 1)) for r in rows
                     for side in ("train", "train_headline")}
     notes = []
-    _claim_effects(rows, ["split"], notes, study.study_plan("task-support"), seed_values)
+    # The study's claims in a fixed design (its file adds a sequential plan: tests/test_staged.py).
+    fixed = dataclasses.replace(study.study_plan("task-support"), looks=None)
+    _claim_effects(rows, ["split"], notes, fixed, seed_values)
     by = {r["split"]: r for r in rows}
     assert by["non_compositional"]["effect_vs_random"] == "-0.150 (hurts)"
     assert by["non_compositional"]["agrees"] == "yes"
@@ -583,7 +585,7 @@ def test_run_writes_under_the_working_folder_and_report_reads_the_committed_stor
     args = study.parse_args(["run", "task-support", "--scale", "smoke", "--engine", "serial"])
     assert args.out == here / "smoke" and (tmp_path / here / "smoke").is_dir()
     assert study.stored_out("task-support", "cpu") == shipped  # nothing here: the committed store
-    grid = {r.key for r in study.expand("task-support", "cpu")[1]}
+    grid = {r.key for r in staged.planned_runs("task-support", "cpu", shipped)[1]}  # with the plan's seeds
     with RunStore(shipped / "study.sqlite", readonly=True) as store:
         stored = [(r["key"], r["status"], r["code_fingerprint"]) for r in store.rows()]
     done = [(k, f) for k, status, f in stored if status == "done" and k in grid]
@@ -736,7 +738,12 @@ def test_a_damaged_store_is_refused_in_one_line_naming_it_and_left_as_it_was(tmp
     before = (db.read_bytes(), db.stat().st_mtime_ns, sorted(p.name for p in db.parent.iterdir()))
     for command, argv in READERS.items():
         proc = verify_study(argv, tmp_path)
-        refuses = damage != "report of another format" or command in ("report", "export")
+        # Only the commands that read reports refuse one of another format: report and export,
+        # and, for a study with a sequential plan (task-support's), every command that replays
+        # the plan on its reports (list; budget reads run times, run without --until-decided the grid).
+        sequential = study.study_plan("task-support").looks is not None
+        refuses = (damage != "report of another format" or command in ("report", "export")
+                   or (sequential and command == "list"))
         assert proc.returncode == (2 if refuses else 0), (command, proc.stderr)
         if refuses:
             err = proc.stderr

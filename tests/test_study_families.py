@@ -2,6 +2,7 @@
 through Ray, the keys of each family's runs, a parameter of the other family in a
 single-family grid, and the effects table of preference (and mixed) stores."""
 
+import dataclasses
 import shutil
 import tempfile
 from pathlib import Path
@@ -301,7 +302,9 @@ def test_the_effects_table_of_preference_runs_compares_supports_by_acc_all_and_m
             runs.append((dict(family="preference", F=3, split=split, seed=seed),
                          preference(train_acc, ACC[split], held_all)))
     stored(tmp_path, runs)
-    table = effects_table("task-support-preference", "cpu", tmp_path)
+    # The study's claims in a fixed design (its file adds a sequential plan: tests/test_staged.py).
+    fixed = dataclasses.replace(study.study_plan("task-support-preference"), looks=None)
+    table = effects_table("task-support-preference", "cpu", tmp_path, plan=fixed)
     assert table["group_by"] == ["split"] and table["runs_done"] == 12
     by = {r["split"]: r for r in table["rows"]}
     assert {r["family"] for r in table["rows"]} == {"preference"} and all(r["runs"] == 3 for r in by.values())
@@ -343,7 +346,8 @@ def test_a_mixed_store_compares_each_family_only_with_its_own_random_support(tmp
         (dict(split="non_compositional", seed=1), hyperteacher(0.995, 0.50)),
         (dict(family="preference", F=3, split="random", seed=1), preference(0.995, 0.9, 0.50)),
         (dict(family="preference", F=3, split="non_compositional", seed=1), preference(0.95, 0.9, 0.50))])
-    table = effects_table("task-support", "cpu", tmp_path)
+    fixed = dataclasses.replace(study.study_plan("task-support"), looks=None)  # as above
+    table = effects_table("task-support", "cpu", tmp_path, plan=fixed)
     assert {"family", "split"} <= set(table["group_by"])
     by = {(r["family"], r["split"]): r for r in table["rows"]}
     assert len(by) == 4
@@ -358,7 +362,7 @@ def test_a_mixed_store_compares_each_family_only_with_its_own_random_support(tmp
     (note,) = [n for n in table["notes"] if "did not converge" in n]
     assert "training r2 < 0.99" in note and "training acc < 0.99" in note
     # Without the preference grid's random runs, its split is compared with nothing.
-    alone = effects_table("task-support", "cpu", tmp_path, keys={keys[0], keys[1], keys[3]})
+    alone = effects_table("task-support", "cpu", tmp_path, keys={keys[0], keys[1], keys[3]}, plan=fixed)
     pref = next(r for r in alone["rows"] if r["family"] == "preference")
     assert pref["split"] == "non_compositional" and "effect_vs_random" not in pref and "agrees" not in pref
     hyper = next(r for r in alone["rows"] if r["family"] == "hyperteacher" and r["split"] != "random")

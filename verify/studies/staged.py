@@ -101,7 +101,8 @@ def _replay(name: str, scale: str, out: Path, *, max_seeds: int | None = None
         if new == keys:  # the table was built from exactly these keys
             break
         keys = new
-        table = effects.effects_table(study, scale, out, keys=keys, plan=plan)
+        with reading(out / "study.sqlite"):  # a report of another format: one line naming the store
+            table = effects.effects_table(study, scale, out, keys=keys, plan=plan)
         ask = _asked(cells, table.get("staged", []))
     else:
         raise AssertionError("the sequential plan's run set did not settle")
