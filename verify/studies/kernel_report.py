@@ -42,7 +42,7 @@ from verify.studies import behaviour
 from verify.studies.effects import code_of, csv_text, export_runs, store_notes
 from verify.studies.grids import study_deviations
 from verify.studies.store import RunStore, reads_report
-from verify.studies.verdicts import holm
+from verify.studies.verdicts import Claim, Comparison, holm, within_margin
 
 PROGRAM = "verify.kernel"
 LEVEL = 0.95
@@ -189,26 +189,22 @@ def equivalence(rows: list[dict], encoding: str, widths: list) -> list[dict]:
     log(1 − R²) (held-out), paired over seeds, Holm over the encoding's widths: the widths at
     which the trained network is shown as good as the lazy limit and no better. A kernel limit
     whose R² reaches 1 has no log(1 − R²): that width is not tested."""
-    from scipy import stats
-
+    claim = Claim("width", "no effect", delta=EQUIVALENCE_DELTA, why="issue 43's scale",
+                  scale="log_unexplained")
+    base = {r["seed"]: r["held_out_r2"] for r in rows if (r["encoding"], r["method"]) == (encoding, "ntk")}
     tests = []
     for width in widths:
         mine = {r["seed"]: r["held_out_r2"] for r in rows
                 if (r["encoding"], r["method"], r["width"]) == (encoding, "trained", width)}
-        base = {r["seed"]: r["held_out_r2"] for r in rows
-                if (r["encoding"], r["method"]) == (encoding, "ntk")}
         seeds = [s for s in sorted(mine.keys() & base.keys())
                  if mine[s] is not None and base[s] is not None and max(mine[s], base[s]) < 1]
-        d = np.array([math.log1p(-base[s]) - math.log1p(-mine[s]) for s in seeds])  # > 0: trained better
-        test = dict(width=width, n=len(d), ratio=None, p=None, p_holm=None)
-        if len(d) >= 2:
-            test["ratio"] = math.exp(-float(d.mean()))  # the trained network's 1 − R² ÷ the limit's
-            se = float(d.std(ddof=1)) / math.sqrt(len(d))
-            if se == 0:
-                test["p"] = 0.0 if abs(d.mean()) < EQUIVALENCE_DELTA else 1.0
-            else:
-                t_low, t_high = (d.mean() + EQUIVALENCE_DELTA) / se, (d.mean() - EQUIVALENCE_DELTA) / se
-                test["p"] = float(max(stats.t.sf(t_low, len(d) - 1), stats.t.cdf(t_high, len(d) - 1)))
+        pair = Comparison(f"trained ×{width} vs NTK", {s: mine[s] for s in seeds},
+                          {s: base[s] for s in seeds}, claim)
+        # verdicts' paired TOST on −log(1 − R²): a difference > 0 is the trained network better.
+        found = within_margin(pair, "paired", EQUIVALENCE_DELTA)
+        test = dict(width=width, n=len(seeds), ratio=None, p=None, p_holm=None)
+        if found is not None:
+            test["ratio"], test["p"] = math.exp(-found[0]), found[1]  # trained 1 − R² ÷ the limit's
         tests.append(test)
     tested = [t for t in tests if t["p"] is not None]
     for t, adjusted in zip(tested, holm([t["p"] for t in tested]), strict=True):
