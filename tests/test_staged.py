@@ -15,8 +15,8 @@ import pytest
 from scipy import stats
 
 from verify.cli import UsageError
+from verify.studies import budget, effects, engines, grids, provenance, sequential, staged, verdicts
 from verify.studies import commands as study
-from verify.studies import effects, engines, grids, provenance, sequential, staged, verdicts
 from verify.studies.store import RunStore
 
 LOOKS = (3, 6, 9)
@@ -119,6 +119,11 @@ def test_seeds_are_added_only_to_the_undecided_claims_cells_up_to_the_look_that_
     assert "1 claims still open at --max-seeds 3" in study.format_summary(capped)
     _, asked = staged.planned_runs(path, "paper", out)
     assert "the sequential plan asks for 6 runs not yet made" in staged.cost_note(path, "paper", out, asked)
+    # `verify.study budget` counts them too: the grid's 12, done, and the plan's next look's 6 to run,
+    # timed by their cells' stored runs (0.01 s each).
+    cost = budget.study_budget(path, "paper", out)
+    assert (cost.runs, cost.current, cost.measured, cost.matched) == (18, 12, 12, 6)
+    assert cost.core_minutes(only_left=True) == pytest.approx(6 * 0.01 / 60)
 
     result = study.run_study(path, "paper", out, engine="serial", progress=False, until_decided=True)
     assert result["open_claims"] == [] and "every claim decided" in study.format_summary(result)

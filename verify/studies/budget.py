@@ -1,9 +1,12 @@
 """What regenerating a scale's evidence costs, from the run times its stores measured.
 
-`python -m verify.study budget --scale cpu` gives, per study and in all: the grid's runs, how
+`python -m verify.study budget --scale cpu` gives, per study and in all: the runs, how
 many the store holds done by the installed code (current, `verify.studies.behaviour`), the
 core-minutes of the whole grid and of what is left, and the wall time `run all` takes on W
-workers (`--workers`, default 2: the CI machine's cores).
+workers (`--workers`, default 2: the CI machine's cores). A study's runs are its grid's and,
+where it declares a sequential plan, the seeds the plan asks for now, read from its store
+(verify.studies.staged: the next looks of its open claims, what `run --until-decided` runs),
+so a plan's pending looks are in the cost; the looks after those depend on data not yet in.
 
 A run's time is its own stored time when the store holds it (any code: a rerun costs about
 what the run cost); otherwise the mean of the stored runs whose configuration differs from
@@ -22,8 +25,9 @@ from __future__ import annotations
 
 import heapq
 from dataclasses import dataclass
+from pathlib import Path
 
-from verify.studies import behaviour, grids, provenance
+from verify.studies import behaviour, grids, provenance, staged
 from verify.studies.store import RunStore
 
 SEED_SETTINGS = ("seed", "split_seed")  # a run's random draws: the same work, other numbers
@@ -67,10 +71,12 @@ def _without_seeds(config: dict) -> str:
     return json.dumps({k: v for k, v in config.items() if k not in SEED_SETTINGS}, sort_keys=True)
 
 
-def study_budget(name: str, scale: str) -> StudyBudget:
-    """The budget of one study at `scale`, read from its store (grids.stored_out)."""
-    _, runs = grids.expand(name, scale)
-    store = grids.stored_out(name, scale) / "study.sqlite"
+def study_budget(name: str, scale: str, out: Path | None = None) -> StudyBudget:
+    """The budget of one study at `scale`, read from its store (in `out`, else
+    grids.stored_out): its grid's runs and those its sequential plan asks for now."""
+    out = grids.stored_out(name, scale) if out is None else Path(out)
+    _, runs = staged.planned_runs(name, scale, out)
+    store = out / "study.sqlite"
     rows = []
     if store.is_file():
         with RunStore(store, readonly=True) as s:
