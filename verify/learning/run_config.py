@@ -51,6 +51,14 @@ def family_name(text: str) -> str:
     return choice(tuple(FAMILIES))(text)
 
 
+# --certify's settings (Runtime), their defaults and choices: verify.certify's, but for a budget
+# of a minute per student rather than 15.
+CERTIFY_SETTINGS = ("certify_seconds", "certify_ratio", "certify_tasks", "certify_z")
+CERTIFY_DEFAULTS = dict(seconds=60.0, ratio=1.25, tasks="held_out", z="enumerate")
+CERTIFY_TASKS = ("held_out", "all")
+CERTIFY_Z = ("enumerate", "hull")
+
+
 @dataclass(frozen=True)
 class Runtime:
     """How a run executes: the settings that do not change its numbers (a study's key leaves
@@ -72,6 +80,13 @@ class Runtime:
     seeds: tuple[int, ...] = (0,)
     log: object = None  # verify.learning.tracking.TrackerSpec, or None
     log_name: str | None = None  # the run's tracker name (default seed<N>)
+    # --certify: each trained MLP student's sup error bracketed by verify.certify (its row gains
+    # `certified`); it adds to the report and changes none of the run's numbers. None: the default.
+    certify: bool = False
+    certify_seconds: float | None = None  # budget per student, s (CERTIFY_DEFAULTS)
+    certify_ratio: float | None = None  # stop at upper ≤ this × lower
+    certify_tasks: str | None = None  # held_out, or all (the training supports too)
+    certify_z: str | None = None  # enumerate, or hull
 
     def __post_init__(self):
         if self.precision is not None and self.precision not in PRECISIONS:
@@ -83,6 +98,25 @@ class Runtime:
                 raise UsageError(f"argument {option}: expected a file or folder name, got ''")
         if self.force and not self.save:
             raise UsageError("--force only applies to --save DIR")
+        if not self.certify:
+            for name in CERTIFY_SETTINGS:
+                if getattr(self, name) is not None:
+                    raise UsageError(f"--{name.replace('_', '-')} applies only with --certify")
+        if self.certify_ratio is not None and self.certify_ratio < 1:
+            raise UsageError(f"--certify-ratio {self.certify_ratio:g}: expected a ratio ≥ 1 (upper ÷ lower)")
+        if self.certify_seconds is not None and self.certify_seconds < 0:
+            raise UsageError(f"--certify-seconds {self.certify_seconds:g}: expected seconds ≥ 0")
+        if self.certify_tasks not in (None, *CERTIFY_TASKS):
+            raise UsageError(f"--certify-tasks {self.certify_tasks!r}: choose from "
+                             f"{', '.join(CERTIFY_TASKS)}")
+        if self.certify_z not in (None, *CERTIFY_Z):
+            raise UsageError(f"--certify-z {self.certify_z!r}: choose from {', '.join(CERTIFY_Z)}")
+
+    def certify_settings(self) -> dict:
+        """--certify's settings, the defaults filled: seconds, ratio, tasks, z."""
+        given = dict(seconds=self.certify_seconds, ratio=self.certify_ratio, tasks=self.certify_tasks,
+                     z=self.certify_z)
+        return {k: CERTIFY_DEFAULTS[k] if v is None else v for k, v in given.items()}
 
 
 @dataclass(frozen=True)

@@ -103,6 +103,7 @@ def _add_runtime_flags(p) -> None:
                         "holds (a run killed and started again ends as an uninterrupted one would)")
     p.add_argument("--checkpoint-minutes", type=positive_float, default=CHECKPOINT_SECONDS / 60,
                    help=f"wall-clock minutes between checkpoints (default {CHECKPOINT_SECONDS / 60:g})")
+    _add_certify_flags(p)
     tracking.add_flags(p, what="each student's loss curve and scores", group="verify.sgd",
                        name="seed<N>, then -<shape>")
     p.add_argument("--log-every", type=positive_int,
@@ -111,6 +112,117 @@ def _add_runtime_flags(p) -> None:
     cli.add_common(p, threads_default="1, or the cores left free when a training step is large "
                                       "(≥ 5e7 multiply-adds, verify.train); without --threads, smaller "
                                       "steps train on 1")
+
+
+def _add_certify_flags(p) -> None:
+    """--certify and its settings (runtime: a study's key leaves them out)."""
+    from verify.learning.run_config import CERTIFY_DEFAULTS, CERTIFY_TASKS, CERTIFY_Z
+
+    d = CERTIFY_DEFAULTS
+    p.add_argument("--certify", action="store_true",
+                   help="after each MLP student is trained and scored, bracket its sup error as "
+                        "python -m verify.certify does (hyperteacher, --student mlp, --weights khot or "
+                        "discrete): per held-out support a proven upper end (CROWN bounds, branch and "
+                        "bound over x, a rounding margin) and a lower end at a point the search found; "
+                        "the row gains `certified`, printed beside the searched sup error (a lower "
+                        "bound). A runtime setting: it changes no number of the run, nor its key")
+    p.add_argument("--certify-seconds", type=cli.non_negative_float, default=None,
+                   help=f"--certify's budget per student, shared by the sides; the bracket is sound "
+                        f"when it runs out (stop: seconds) (default {d['seconds']:g})")
+    p.add_argument("--certify-ratio", type=_ratio, default=None,
+                   help=f"--certify stops once upper ≤ this × lower over the set (default {d['ratio']:g})")
+    p.add_argument("--certify-tasks", choices=CERTIFY_TASKS, default=None,
+                   help="--certify's supports: held_out, or all (the training supports too) "
+                        f"(default {d['tasks']})")
+    p.add_argument("--certify-z", choices=CERTIFY_Z, default=None,
+                   help="--certify's tasks of a support: enumerate every tuple of levels, or hull: one "
+                        "joint box of weights and x per support (identity and orthogonal encodings; "
+                        f"faster at M 16, K 3) (default {d['z']})")
+
+
+def _ratio(text: str) -> float:
+    value = positive_float(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a ratio ≥ 1 (upper ÷ lower), got {text!r}")
+    return value
+
+
+# What --certify covers: verify.certify's scope (verify/certify/saved.py, certify.py).
+CERTIFY_WEIGHTS = ("khot", "discrete")
+
+
+def check_certify(run: SgdRun) -> None:
+    """UsageError (one line) for --certify on a run verify.certify cannot certify; before any work."""
+    from constructions.tasks.task_names import LINEAR_ENCODINGS
+
+    if not run.runtime.certify:
+        return
+    why = None
+    if run.family != "hyperteacher":
+        why = f"--family {run.family}: only hyperteacher runs can be certified"
+    elif run.student != "mlp":
+        why = f"--student {run.student}: only MLP students can be certified"
+    elif run.weights not in CERTIFY_WEIGHTS:
+        why = (f"--weights {run.weights}: only {' and '.join(CERTIFY_WEIGHTS)} weights are covered (a lower "
+               "end needs a task of the set; continuous weights have no levels to enumerate)")
+    elif run.encoding in STOCHASTIC_ENCODINGS:
+        why = (f"--encoding {run.encoding} shows a task through random samples: e(z) is not a function "
+               "of z, and there is nothing fixed to certify")
+    elif run.runtime.certify_settings()["z"] == "hull" and run.encoding not in LINEAR_ENCODINGS:
+        why = f"--certify-z hull needs a linear encoding ({', '.join(LINEAR_ENCODINGS)}), not {run.encoding}"
+    if why:
+        raise UsageError(f"--certify: {why}")
+
+
+STOCHASTIC_ENCODINGS = ("fewshot",)  # TaskEncoder.stochastic (constructions/tasks/encodings.py)
+
+
+def certify_student(prep: Prepared, name: str, net, progress) -> dict:
+    """verify.certify's bracket on a trained MLP student's sup error (certify.certify_supports on
+    the run's own teacher, encoder and split, the network in float64 as saved.py reads it back):
+    per side (held_out; with --certify-tasks all, train too) the bracket over its supports, the
+    stop, boxes and seconds, and each support's bracket."""
+    import copy
+
+    from verify.certify.certify import certify_supports
+
+    settings = prep.run.runtime.certify_settings()
+    family = prep.family
+    if family.encode.stochastic:  # check_certify refused it by name; an encoder can say so itself
+        raise UsageError(f"--certify: the {family.encoding} encoding is stochastic: nothing fixed to certify")
+    student = copy.deepcopy(net).to("cpu").double().eval()
+    sides = {"held_out": prep.split.test}
+    if settings["tasks"] == "all":
+        sides["train"] = prep.split.train
+    sides = {side: supports for side, supports in sides.items() if len(supports)}
+    out = dict(settings=dict(settings, goal="set", intermediate="auto", device=prep.run.runtime.device))
+    device = prep.run.runtime.device
+    for side, supports in sides.items():
+        with cli.phase(f"certify {name} ({side})", progress):
+            c = certify_supports(student, family.teacher, family.encode, supports, device=device,
+                                 z=settings["z"], ratio=settings["ratio"], goal="set",
+                                 seconds=settings["seconds"] / len(sides), intermediate="auto",
+                                 progress=progress)
+        out[side] = dict(lower=c["lower"], upper=c["upper"], ratio=c["ratio"], stop=c["stop"],
+                         nodes=c["nodes"], open_boxes=c["open_boxes"], seconds=c["seconds"],
+                         supports=len(c["supports"]), tasks=c["tasks"], max_margin=c["max_margin"],
+                         worst=c["worst"], per_support=c["supports"])
+    return out
+
+
+def certified_note(row: dict, searched: dict) -> list[str]:
+    """The lines of a row's `certified` brackets, beside its searched sup error on each side."""
+    lines = []
+    for side, c in row["certified"].items():
+        if side == "settings":
+            continue
+        ratio = "∞" if c["ratio"] == math.inf else f"{c['ratio']:.2f}×"
+        found = searched.get(side)
+        lines.append(f"{row['network']}: {side} sup error certified in [{c['lower']:.3e}, {c['upper']:.3e}] "
+                     f"({ratio}; searched {_fmt(found, '.3e')}), {c['supports']:,} supports, {c['tasks']:,} "
+                     f"tasks, {c['nodes']:,} boxes, {c['seconds']:.1f} s, stopped by {c['stop']}"
+                     + ("" if c["open_boxes"] == 0 else f" ({c['open_boxes']:,} boxes open)"))
+    return lines
 
 
 def _parser() -> cli.Parser:
@@ -141,6 +253,7 @@ def parse_args(argv=None) -> SgdRun:
     names = {f.name for f in dataclasses.fields(Runtime)} - {"seeds", "log"}
     runtime = Runtime(seeds=seeds, log=_tracker_spec(ns), **{k: getattr(ns, k) for k in names})
     run = SgdRun.build({**given, "seed": seeds[0]}, paper=ns.paper, runtime=runtime)
+    check_certify(run)
     # Only now, when nothing else is wrong, are the folders made.
     made = {}
     if ns.save:
@@ -229,7 +342,8 @@ def command_line(run: SgdRun) -> list[str]:
 
 # Settings that do not change a run's result, left out of its configuration's key.
 RUNTIME = ("threads", "no_progress", "json", "save", "force", "checkpoint", "checkpoint_minutes", "log_every",
-           "precision", "compile", "fused_adamw", "device", "paper", "seeds", "log", "log_group", "log_name")
+           "precision", "compile", "fused_adamw", "device", "paper", "seeds", "log", "log_group", "log_name",
+           "certify", "certify_seconds", "certify_ratio", "certify_tasks", "certify_z")
 
 
 def speed_of(run: SgdRun):
@@ -472,6 +586,8 @@ def finish(prep: Prepared, trained: dict, progress) -> dict:
                          **({"sup_search": search} if (search := family.sup_search(result.net)) else {}),
                          **({"packed_with": result.config["packed_with"]} if "packed_with" in result.config
                             else {})))
+        if run.runtime.certify:  # after the scores, which it does not touch
+            rows[-1]["certified"] = certify_student(prep, name, result.net, progress)
     within = (None if prep.reference is None else
               bool(rows[0]["within_certificate"]["train"] and rows[0]["within_certificate"]["held_out"]))
     report = dict(family=family.name, task=family.config(), encoding=run.encoding, student=run.student,
@@ -674,6 +790,11 @@ def format_report(r: dict) -> str:
     else:
         lines += ["", f"no reference construction for the {family.name} family ({r['seconds']:.0f} s)"]
     lines += [search_note(row) for row in r["rows"] if row.get("sup_search")]
+    for row in r["rows"]:
+        if row.get("certified"):
+            searched = {side: lookup(r["metrics"], row["network"], side, "sup", None)
+                        for side in ("held_out", "train")}
+            lines += certified_note(row, searched)
     return "\n".join(lines)
 
 

@@ -52,7 +52,21 @@ NOT_RESULT_CODE = {
                                   "statistics): it reads results, it makes none",
     "verify.studies": "the package's __init__, a docstring (verify.images.train keys its folder with "
                       "verify.studies.store)",
+    "verify.certify": "with its submodules (NOT_RESULT_PACKAGES): verify.sgd calls it only under --certify, "
+                      "a runtime setting no stored run has, and then only adds a bracket to a row; it "
+                      "changes no number a run stores (so a certify tweak marks no store stale)",
 }
+# Entries of NOT_RESULT_CODE left out with every module under them, but for a root inside the package
+# itself (module_fingerprint("verify.certify.ladder") keys a figure's cache on the certifier's code).
+NOT_RESULT_PACKAGES = ("verify.certify",)
+
+
+def left_out(name: str, root: str) -> bool:
+    """Whether module `name` is left out of what `root` rests on (NOT_RESULT_CODE, NOT_RESULT_PACKAGES)."""
+    for package in NOT_RESULT_PACKAGES:
+        if name == package or name.startswith(package + "."):
+            return not (root == package or root.startswith(package + "."))
+    return name in NOT_RESULT_CODE
 # The fingerprint hashes each module's source text, comments and docstrings included: an edit
 # to a comment marks rows as made by other code though their numbers would not change. That
 # errs on the side of rerunning, and is simpler and steadier than hashing a normalised syntax
@@ -119,12 +133,12 @@ def _digest(modules: dict[str, Path]) -> str:
 @functools.cache
 def modules_from(root: str) -> dict[str, Path]:
     """The project modules `root` depends on (itself, what it imports, transitively, less
-    NOT_RESULT_CODE), name → source file."""
+    NOT_RESULT_CODE and what is under NOT_RESULT_PACKAGES, see left_out), name → source file."""
     found: dict[str, Path] = {}
     todo = [root]
     while todo:
         name = todo.pop()
-        if name in found or name in NOT_RESULT_CODE:
+        if name in found or left_out(name, root):
             continue
         path = _source_file(name)
         if path is None:
