@@ -10,7 +10,10 @@ layer. Two task families (--family):
                 the theorem's construction at --eps beside the students
   preference    the compositional preference grid: imitation of a planner's actions;
                 per-step accuracy acc and whole-episode accuracy acc_all
-Scored on 1,024 tasks a side (the paper's).
+Scored on 1,024 tasks a side (the paper's). The sup error is searched: a lower bound. With
+--certify, each MLP student's is also bracketed as python -m verify.certify does (hyperteacher,
+weights khot or discrete): [lower, upper] over the held-out supports, upper proven, printed beside
+the searched one; a runtime setting, which changes no number of the run.
 Exit codes: 0 done (and the construction, if any, met its certificate), 1 the construction
 violated it, 2 usage error, 3 internal error, 130 interrupted.
 """
