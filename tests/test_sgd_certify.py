@@ -170,3 +170,19 @@ def test_verify_certify_is_not_part_of_the_run_fingerprint():
     assert provenance.left_out("verify.certify.bab", "verify.sgd")
     assert not provenance.left_out("verify.certify.bab", "verify.certify.ladder")
     assert provenance.left_out("verify.cli", "verify.certify.command")
+
+
+def test_certify_z_hull_with_khot_weights():
+    """--certify-z hull: one joint box (weights, x) per support; with khot weights a support is one
+    task. The run's own encoding and split are what verify.certify would rebuild from --save."""
+    run = sgd.parse_args([*TINY, "--weights", "khot", "--certify", "--certify-z", "hull",
+                          "--certify-seconds", "10"])
+    r = sgd.run(run)
+    (row,) = [row for row in r["rows"] if row["network"] == "sgd custom"]
+    c = row["certified"]
+    assert c["settings"]["z"] == "hull"
+    h = c["held_out"]
+    assert h["tasks"] == h["supports"] == r["split"]["n_test"]  # khot: one task a support
+    searched = lookup(r["metrics"], "sgd custom", "held_out", "sup")
+    assert 0 <= h["lower"] <= h["upper"] and h["upper"] >= max(h["lower"], searched) - SLACK
+    assert all(set(p["z"]) == {1.0} for p in h["per_support"])
