@@ -78,20 +78,28 @@ def rows_of(report: dict) -> list[dict]:
 
 
 def compute(quick: bool, out: Path, progress: bool | None) -> tuple[list[dict], dict]:
-    from verify.certify.ladder import check_rows
+    from verify.certify.ladder import COMPARISONS, check_rows, compare
 
     report, scale = load_ladder(quick, out, progress)
     checks = check_rows(report["rows"])
+    ahead = [dict(width=r["width"], seed=r["seed"], hidden_units=r["hidden_units"], ahead=compare(r))
+             for r in report["rows"]]
     meta = dict(checks=checks, scale=scale, ladder=report["ladder"], networks=report["rows"],
+                ahead=ahead, ahead_means=COMPARISONS,
                 complete=report.get("complete", True), seconds=report.get("seconds"),
                 source=str(LADDER_DIR / "ladder.json") if scale == "cpu" else "verify.certify.ladder --smoke",
                 rests_on=report.get("rests_on"))
     return rows_of(report), meta
 
 
+AHEAD = dict(student="student ahead", construction="constr. ahead", undecided="undecided", none="")
+
+
 def _table(meta: dict) -> str:
+    from verify.certify.ladder import compare
+
     lines = ["width seed  R²    searched  certified [lower, upper]  ratio",
-             "                   time    boxes  stop   construction"]
+             "                   time    boxes  stop   construction: ahead"]
     for r in meta["networks"]:
         c = r["construction"]
         ratio = "∞" if r["ratio"] is None or not math.isfinite(r["ratio"]) else f"{r['ratio']:.2f}×"
@@ -99,7 +107,10 @@ def _table(meta: dict) -> str:
         lines.append(f"{r['width']:>4} {r['seed']:>3} {r['train_r2']:>6.3f} {r['searched_sup']:>7.3g}  "
                      f"[{r['lower']:.3g}, {r['upper']:.3g}] {ratio}")
         lines.append(f"{'':>19}{r['seconds']:>5.0f} s {r['nodes']:>8,}  "
-                     f"{'ratio' if r['closed'] else 'OPEN':<6} {constr}")
+                     f"{'ratio' if r['closed'] else 'OPEN':<6} {constr}" + (
+                         f": {AHEAD[compare(r)]}" if c["N"] else ""))
+    lines += ["", "ahead, rigorously: student: its proven upper end < the", "construction's ε; constr.: ε < "
+              "the student's lower end"]
     return "\n".join(lines)
 
 
@@ -111,15 +122,19 @@ def plot(rows: list[dict], meta: dict):
     units = sorted({int(r["hidden_units"]) for r in rows})
     smallest = min(r["construction"]["min_units"] for r in meta["networks"])
     if units and units[0] < smallest:
-        ax.axvspan(units[0] / 1.3, min(smallest, units[-1] * 1.3) / 1.12, color="0.85", alpha=0.6, lw=0,
+        ax.axvspan(units[0] / 1.3, min(smallest, units[-1] * 1.3), color="0.85", alpha=0.6, lw=0,
                    label=f"no construction this small (it needs ≥ {smallest} units)")
     for k, seed in enumerate(seeds):
         colour = COLOURS[k % len(COLOURS)]
         ups = [r for r in rows if r["series"] == f"upper seed {seed}"]
         lows = {r["x"]: r["y"] for r in rows if r["series"] == f"lower seed {seed}"}
-        for r in ups:
-            ax.plot([r["x"], r["x"]], [lows[r["x"]], r["y"]], color=colour, lw=2.0,
-                    ls="-" if r["closed"] else "--")
+        for closed in (True, False):  # the bars: collections, not lines (the CSV holds their ends)
+            bars = [r for r in ups if bool(r["closed"]) == closed]
+            if bars:
+                ax.vlines([r["x"] for r in bars], [lows[r["x"]] for r in bars], [r["y"] for r in bars],
+                          color=colour, lw=2.0, linestyles="solid" if closed else "dashed",
+                          gid=f"bracket {'closed' if closed else 'open'} seed {seed}",
+                          label=None if closed else f"seed {seed}: open bracket (the budget ran out)")
         plot_series(ax, rows, f"upper seed {seed}", "a", ls="none", marker="v", ms=8, color=colour,
                     label=f"seed {seed}: certified upper end (proven)")
         plot_series(ax, rows, f"lower seed {seed}", "a", ls="none", marker="^", ms=8, mfc="white",

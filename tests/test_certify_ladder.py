@@ -87,8 +87,9 @@ def test_the_figure_builds_from_a_ladder_with_an_open_bracket(budgeted, tmp_path
     assert not net["closed"]
     ax = result.figure.axes[0]
     assert "open at the budget (1 of 1)" in ax.get_title()
-    dashed = [line for line in ax.get_lines() if line.get_linestyle() == "--"]
-    assert len(dashed) == 1  # the open bracket's bar
+    bars = [c for c in ax.collections if (c.get_gid() or "").startswith("bracket")]
+    assert [c.get_gid() for c in bars] == [f"bracket open seed {net['seed']}"]  # the open bracket's bar
+    assert any("open bracket" in t.get_text() for t in result.figure.axes[1].get_legend().get_texts())
     # the drawn points are the data file's
     rows, meta = common.load_data(tmp_path / "fig", fig14_certified.NAME)
     upper = [r for r in rows if r["series"].startswith("upper")]
@@ -145,6 +146,16 @@ def test_a_wrong_construction_number_is_caught(smoke):
     assert none
     none[0]["construction"].update(N=1, hidden_units=none[0]["construction"]["min_units"], eps=1.0)
     assert not check_rows(bad)[CONSTRUCTION_CHECK]
+
+
+def test_who_is_ahead_is_said_only_where_both_sides_prove_it():
+    from verify.certify.ladder import compare
+
+    row = dict(lower=1.0, upper=2.0, construction=dict(eps=None))
+    assert compare(row) == "none"
+    for eps, said in ((2.5, "student"), (0.5, "construction"), (1.5, "undecided"), (1.0, "undecided"),
+                      (2.0, "undecided")):
+        assert compare(row | dict(construction=dict(eps=eps))) == said, eps
 
 
 def test_the_construction_at_a_unit_count_is_the_builders_network():

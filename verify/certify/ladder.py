@@ -27,8 +27,32 @@ OUT/runs/w32-s1` certifies one again). Every file is written under a temporary n
 when complete. Exit codes: 0 done, every check holds; 1 a check failed; 2 usage error (one line);
 3 internal error; 130 interrupted.
 
-Measured: see the README's section on verify.certify and the table below (filled from the committed
-run in paper_figures/output/fig14_ladder/).
+Measured: the committed ladder (paper_figures/output/fig14_ladder/, figure 14's data), `python -m
+verify.certify.ladder --seconds 180 --out paper_figures/output/fig14_ladder`: 727 s in all, nice 5,
+one thread on the shared 2-core machine (load 4–5). Teacher I = H = O = 4, M 8, K 2, discrete
+weights, random split (9 of 36 supports held out: 204 tasks for seed 1, 234 for seed 2); depth-4
+students, 10,000 steps of 32 tasks at lr 1e-3 (20–40 s each); --ratio 1.25, --z enumerate.
+"construction": the theorem's network with at most the student's units (N, its units, its ε);
+"ahead" (compare): student where the student's proven upper end < ε, construction where ε < the
+student's lower end, undecided between:
+
+    w   seed R²     searched [lower, upper]   ratio  time   boxes  stop    construction: N, units, ε  ahead
+     8  1   0.556  2.203    [2.356, 2.945]  1.25×    2 s   5,382  ratio   none (needs ≥ 44 units)
+     8  2   0.608  4.216    [4.216, 5.210]  1.24×    0 s   1,210  ratio   none
+    16  1   0.868  1.717    [1.893, 2.366]  1.25×   17 s  29,330  ratio   1, 44, 24.2    student
+    16  2   0.911  2.079    [2.079, 2.599]  1.25×    4 s  13,650  ratio   1, 44, 18.5    student
+    32  1   0.966  1.342    [1.801, 2.227]  1.24×   87 s  71,032  ratio   3, 108, 2.69   student
+    32  2   0.982  1.478    [1.730, 2.162]  1.25×   36 s  43,248  ratio   3, 108, 2.06   undecided
+    64  1   0.990  1.019    [1.422, 6.110]  4.30×  181 s  62,452  budget  7, 236, 0.493  constr.
+    64  2   0.993  1.230    [1.491, 3.383]  2.27×  181 s  58,806  budget  7, 236, 0.378  constr.
+
+(w: width; R²: on training tasks; searched: the run's held-out sup error; the bracket: certified;
+constr.: construction.)
+(held-out R² 0.33/0.32 at width 16, 0.63/0.53 at 32, 0.73/0.87 at 64; the width-8 students do not
+fit, R² 0.56/0.61 on training tasks, and no construction is that small.) The two width-64 brackets
+stayed open at 180 s (30,125 and 21,660 boxes open); the construction's certificate is below their
+lower ends anyway, so the comparison at 256 units is decided. The largest rounding margin added to
+a box was 1.3e-10.
 """
 
 from __future__ import annotations
@@ -114,6 +138,27 @@ def check_rows(rows: list[dict]) -> dict[str, bool]:
         "the construction's eps is I*C*a/N^2 at the largest N whose units fit the student's":
             all(construction_fits(r) for r in rows),
     }
+
+
+COMPARISONS = {
+    "student": "the student's proven sup error is below the construction's certificate",
+    "construction": "the construction's certificate is below an error the student has: the construction is "
+                    "better, proven on both sides",
+    "undecided": "the construction's certificate lies inside the student's bracket",
+    "none": "no construction has so few hidden units",
+}
+
+
+def compare(row: dict) -> str:
+    """Who is ahead at this size, where both sides are rigorous (COMPARISONS says what each means):
+    "student" when the student's upper end is below the construction's ε (the construction's own sup
+    error, not certified, may still be lower), "construction" when its ε is below the student's lower
+    end (then the construction's sup error ≤ ε < the student's), else "undecided"; "none" without a
+    construction of that size."""
+    eps = row["construction"]["eps"]
+    if eps is None:
+        return "none"
+    return "student" if row["upper"] < eps else "construction" if eps < row["lower"] else "undecided"
 
 
 # --- one network -----------------------------------------------------------------------------
@@ -290,16 +335,18 @@ def format_report(r: dict) -> str:
              f"{d['ratio']:g}× or {d['seconds']:g} s per network",
              f"{'width':>5} {'seed':>4} {'units':>5} {'R² train':>8} {'searched':>9} "
              f"{'certified [lower, upper]':>26} {'ratio':>7} {'time':>7} {'boxes':>9}  stop     "
-             "construction at ≤ units"]
+             "construction at ≤ units: N, units, ε  ahead"]
     for row in r["rows"]:
         c = row["construction"]
         constr = (f"N {c['N']}, {c['hidden_units']} units, ε {c['eps']:.3g}" if c["N"]
                   else f"none (needs ≥ {c['min_units']} units)")
+        constr = f"{constr:<28} {compare(row)}"
         ratio = "∞" if not math.isfinite(row["ratio"]) else f"{row['ratio']:.2f}×"
         lines.append(f"{row['width']:>5} {row['seed']:>4} {row['hidden_units']:>5} {row['train_r2']:>8.3f} "
                      f"{row['searched_sup']:>9.3g} [{row['lower']:>10.4g}, {row['upper']:>10.4g}]   "
                      f"{ratio:>7} {row['seconds']:>6.0f}s {row['nodes']:>9,}  "
                      f"{'closed' if row['closed'] else 'OPEN':<8} {constr}")
+    lines.append("ahead: " + "; ".join(f"{k}: {v}" for k, v in COMPARISONS.items()))
     for check, ok in r["checks"].items():
         lines.append(f"{'ok  ' if ok else 'FAIL'} {check}")
     lines.append(f"{r['seconds']:.0f} s in all")
