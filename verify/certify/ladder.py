@@ -53,6 +53,15 @@ fit, R² 0.56/0.61 on training tasks, and no construction is that small.) The tw
 stayed open at 180 s (30,125 and 21,660 boxes open); the construction's certificate is below their
 lower ends anyway, so the comparison at 256 units is decided. The largest rounding margin added to
 a box was 1.3e-10.
+
+What limits the width-64 students, measured on w64-s1 afterwards (`python -m verify.certify
+paper_figures/output/fig14_ladder/runs/w64-s1 --seconds 300 --threads 1`, the machine busier, load
+5–6): --z enumerate [1.422, 6.407] 4.50×, 58,356 boxes (28,628 open), every support's upper end
+still 6.3–6.4: more time did not help, best first spreads the splits over all 204 tasks; --z hull
+(one joint box of weights and x per support) [1.457, 3.537] 2.43×, 90,359 boxes (26,869 open),
+every support's upper end 3.5. So the hull halves the bracket at equal time here too, and neither
+closes to 1.25× in 5 minutes at 256 hidden units; the 4×32 students close in 36–87 s either way.
+A ladder past width 64 wants --z hull and a longer budget, or a GPU (no device was used here).
 """
 
 from __future__ import annotations
