@@ -45,14 +45,15 @@ def _entries(*names: str, slow: bool) -> tuple[Entry, ...]:
 # share the SGD runs of paper_figures.sgd_data (7 reads 5's and 6's), each trained once
 # (slow: only with --slow or --only). Figures 9–13 read the committed study stores
 # (verify.study: 9 the hyperteacher's studies, 10 the preference grid's, 11 width vs M, 12 the
-# image experiment, 13 the kernel limit), else run the seconds-long smoke studies. Each
+# image experiment, 13 the kernel limit), else run the seconds-long smoke studies; 14 reads the
+# committed certified ladder (verify.certify.ladder), else runs its smoke ladder (seconds). Each
 # module's NAME is its entry's name (tests/test_figures.py holds them to it).
 FIGURES: tuple[Entry, ...] = (
     *_entries("fig1_units_vs_eps", "fig2_units_vs_M", "fig3_error_vs_eps", "fig4_where_error_lives",
               "fig8_constructions_vs_eps", slow=False),
     *_entries("fig5_sgd_error_vs_size", "fig6_sgd_r2_vs_tasks", "fig7_probe_vs_r2", slow=True),
     *_entries("fig9_studies", "fig10_preference", "fig11_width_vs_M", "fig12_images", "fig13_kernel",
-              slow=False),
+              "fig14_certified", slow=False),
 )
 
 

@@ -132,6 +132,11 @@ USAGE_ROWS = [
     ("paper_figures", ["--only", "fig99"], "fig99"),
     ("verify.certify", ["NOPE"], "NOPE"),
     ("verify.certify", ["TMP", "--ratio", "0.5"], "ratio"),
+    ("verify.certify.ladder", ["--ratio", "0.5"], "ratio"),
+    ("verify.certify.ladder", ["--widths", "0"], "--widths"),
+    ("verify.certify.ladder", ["--seeds", "1", "1"], "1 is given twice"),
+    ("verify.certify.ladder", ["--K", "9"], "--K 9 is above --M 8"),
+    ("verify.certify.ladder", ["--out", "FILE"], "existing file"),
 ]
 
 
@@ -151,7 +156,8 @@ def test_bad_input_gets_one_line_and_exit_2(places, module, argv, message):
 
 
 @pytest.mark.parametrize("module", ["verify.bound", "verify.sweep", "verify.sgd", "verify.bench",
-                                    "paper_figures", "verify.study run", "verify.kernel", "verify.certify"])
+                                    "paper_figures", "verify.study run", "verify.kernel", "verify.certify",
+                                    "verify.certify.ladder"])
 def test_help_answers_without_importing_torch(module):
     proc = subprocess.run([sys.executable, "-X", "importtime", "-m", *module.split(), "--help"],
                           capture_output=True, text=True, timeout=60)
@@ -166,7 +172,7 @@ ASCII_ENV = {**os.environ, "PYTHONIOENCODING": "ascii"}
 
 @pytest.mark.parametrize("module", ["verify.bound", "verify.sweep", "verify.sgd", "verify.bench",
                                     "verify.kernel", "paper_figures", "verify.study run",
-                                    "verify.images train", "verify.certify"])
+                                    "verify.images train", "verify.certify", "verify.certify.ladder"])
 def test_help_survives_an_ascii_stdout(module):
     """The help has ε, √, ×, –: on a stream that cannot encode them it writes them escaped,
     and exits 0 (it was an internal error, exit 3)."""
@@ -324,6 +330,7 @@ README_SECTIONS = {  # CLI module -> the heading of its README section (a ### se
     "verify.images.train": "## Analyse an image model: `python -m verify.images`",
     "verify.kernel": "### The kernel limit beside SGD: `python -m verify.kernel`",
     "verify.certify.command": "### Certify a trained student: `python -m verify.certify`",
+    "verify.certify.ladder": "### Certify a trained student: `python -m verify.certify`",
 }
 
 
