@@ -492,10 +492,11 @@ def equal_data(rows: list[dict]) -> list[dict]:
                 gain = [a - b for a, b in twins if a is not None and b is not None]
                 covered = sorted({f"{r['finite']['supports_covered']}/{r['finite']['training_supports']}"
                                   for r in cell if r.get("finite")})
-                tests.append(dict(width=w, seeds=sorted(diffs), held_out_r2=t_interval(
-                    [r["held_out_r2"] for r in cell]), rows=sorted({r["rows"] for r in cell if r["rows"]}),
-                    supports_covered=covered, online_minus_finite=t_interval(gain),
-                    minus_ntk=t_interval(diffs.values())))
+                tests.append(dict(width=w, seeds=sorted(diffs), tasks=sorted({r["tasks"] for r in cell}),
+                                  held_out_r2=t_interval([r["held_out_r2"] for r in cell]),
+                                  rows=sorted({r["rows"] for r in cell if r["rows"]}),
+                                  supports_covered=covered, online_minus_finite=t_interval(gain),
+                                  minus_ntk=t_interval(diffs.values())))
             _judge([t["minus_ntk"] for t in tests], "above the limit", "below the limit")
             entry["methods"].append(dict(method=method, widths=tests))
         out.append(entry)
@@ -1001,7 +1002,7 @@ def compact_added(table: dict) -> list[str]:
     if table["along_tasks"]:
         for a in table["along_tasks"]:
             top = [q["rungs"][-1] for q in a["seeds"] if q["rungs"]]
-            rungs = (f" (top rung {top[0]['tasks']:,} tasks, {top[0]['rows']:,} rows)" if top else "")
+            rungs = (f", top rung {top[0]['tasks']:,} tasks, {top[0]['rows']:,} rows" if top else "")
             lines.append(f"- The {a['method']} limit along tasks ({a['encoding']}{rungs}): "
                          + limit_summary(a["limit"], table["level"]) + ".")
         for g in table["against_limit"]:
@@ -1025,15 +1026,19 @@ def compact_added(table: dict) -> list[str]:
         for g in table["lazy_rich"]:
             lines.append(f"- Along α ({g['encoding']}, ×{g['width']}; held-out R², NTK movement, additivity "
                          "held-out; trained(α) − NTK, Holm over α): " + ", ".join(
-                             f"α {p['alpha']:g}: {_cell(p['held_out_r2']['mean'])}, "
-                             f"{_cell(p['kernel_movement']['mean'])}, {_cell(p['additivity']['mean'])}, "
+                             f"α {p['alpha']:g}: {_g(p['held_out_r2'])}, "
+                             f"{_g(p['kernel_movement'])}, {_g(p['additivity'])}, "
                              f"{_mean(p['minus_ntk'])} **{p['minus_ntk']['verdict']}**" for p in g["alphas"])
                          + "; the NTK limit's additivity "
-                         f"{_cell(g['references']['ntk']['additivity']['mean'])}, the linearised "
-                         f"×{g['width']}'s {_cell(g['references']['linearised']['additivity']['mean'])}")
+                         f"{_g(g['references']['ntk']['additivity'])}, the linearised "
+                         f"×{g['width']}'s {_g(g['references']['linearised']['additivity'])}")
     else:
         lines.append(f"- The lazy-to-rich axis: {_absent(table, 'alpha', 'runs along α')}.")
     return lines
+
+
+def _g(d: dict) -> str:
+    return "—" if d["mean"] is None else f"{d['mean']:.3g}"
 
 
 def _mean(d: dict) -> str:
