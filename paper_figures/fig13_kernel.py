@@ -218,12 +218,12 @@ def _draw_tasks(axis, rows: list[dict], meta: dict, letter: str) -> None:
                                         f"[{lim['interval'][0]:.3f}, {lim['interval'][1]:.3f}]")
     finite = sorted({r["series"] for r in pts if r["series"].endswith("(finite)")})
     for i, series in enumerate(finite):
-        (r,) = select(rows, series, "tasks")
         colour = COLOURS[i % len(COLOURS)]
-        bar = None if r["lo"] is None else [[r["y"] - r["lo"]], [r["hi"] - r["y"]]]
-        shift = 1.04 ** (i - (len(finite) - 1) / 2)  # side by side at their tasks, drawn only
-        axis.errorbar([r["x"] * shift], [r["y"]], yerr=bar, fmt="s", color=colour, ms=5, capsize=2,
-                      label=series)
+        plot_series(axis, rows, series, "tasks", color=colour, ls="none", marker=MARKERS[i % len(MARKERS)],
+                    ms=5, label=series)
+        (r,) = select(rows, series, "tasks")
+        if r["lo"] is not None:
+            axis.vlines([r["x"]], [r["lo"]], [r["hi"]], color=colour, lw=1)
     axis.set(xscale="log", xlabel="training tasks the kernel fits (16 x a task)", ylabel="held-out R²",
              title=_title(title, meta))
     low = min(r["lo"] if r["lo"] is not None else r["y"] for r in pts)
