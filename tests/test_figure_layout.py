@@ -127,7 +127,7 @@ def test_figure_9b_has_a_tick_at_every_measured_width():
 def test_figure_13_has_at_most_two_panels_a_row():
     fig = redrawn("fig13_kernel")
     shown = [a for a in fig.axes if a.axison]
-    assert len(shown) == 4
+    assert len(shown) == 6  # 3 encodings, the NTK's movement, the limit along tasks, the α axis
     assert max(sum(1 for b in shown if abs(b.get_position().y0 - a.get_position().y0) < 1e-6)
                for a in shown) == 2
     assert fig.get_size_inches()[0] <= 11.0

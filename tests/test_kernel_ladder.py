@@ -322,3 +322,18 @@ def test_the_solve_runs_on_the_runs_threads_and_never_openblas_on_two_at_scale(m
     monkeypatch.setattr(torch, "get_num_threads", lambda: 1)
     _fitted(40)
     assert seen == [{1}]
+
+
+def test_a_study_lists_a_run_that_needs_more_memory_than_is_free_and_refuses_it_where_it_runs(monkeypatch, tmp_path):
+    """The grid's expansion (what `list`, `report` and `budget` read) does not hang on the memory
+    free now; the run itself is refused, in one line, where it executes, before any work."""
+    from verify.cli import RunPlace
+
+    monkeypatch.setattr(kernel_vs_sgd, "available_bytes", lambda: 10 * 2**30)
+    params = dict(method="ntk", M=4, K=2, I=2, H=2, O=2, tasks=256, max_tasks=2048, samples_per_task=16)
+    run = kernel_vs_sgd.config_of(params)  # 32,768 rows: 11 GiB, more than 80% of 10 GiB
+    assert run.max_tasks == 2048
+    place = RunPlace(run_dir=str(tmp_path / "run"), device="cpu")
+    with pytest.raises(kernel_vs_sgd.UsageError, match="32,768 rows"):
+        kernel_vs_sgd.from_key(run.key(), place)
+    assert not (tmp_path / "run").exists()
