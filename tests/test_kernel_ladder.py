@@ -324,7 +324,8 @@ def test_the_solve_runs_on_the_runs_threads_and_never_openblas_on_two_at_scale(m
     assert seen == [{1}]
 
 
-def test_a_study_lists_a_run_that_needs_more_memory_than_is_free_and_refuses_it_where_it_runs(monkeypatch, tmp_path):
+def test_a_study_lists_a_run_needing_more_memory_than_is_free_and_refuses_it_where_it_runs(
+        monkeypatch, tmp_path):
     """The grid's expansion (what `list`, `report` and `budget` read) does not hang on the memory
     free now; the run itself is refused, in one line, where it executes, before any work."""
     from verify.cli import RunPlace

@@ -58,17 +58,21 @@ def _t(diffs):
 def test_the_added_grids_leave_the_main_grids_keys_as_they_were():
     """The cpu scale's main grid is the 90 runs the committed store holds, each still part of
     the study (none of an earlier grid); the added grids are 6 ladders along tasks (ntk and nngp,
-    identity, to 2,048 tasks), 24 finite-data networks and 24 points of the α axis."""
+    identity, to 2,048 tasks), 24 finite-data networks, 40 points of the α axis (8 α × 5 seeds)
+    and the NTK limits of seeds 4 and 5 that the α axis pairs with (main-grid runs of new seeds)."""
     from verify.studies.store import RunStore
 
     _, runs = grids.expand(STUDY, "cpu")
     kinds = {k: [r for r in runs if kr.kind_of(r.config) == k] for k in kr.KINDS}
-    assert {k: len(v) for k, v in kinds.items()} == dict(main=90, ladder=6, finite=24, alpha=24)
+    assert {k: len(v) for k, v in kinds.items()} == dict(main=92, ladder=6, finite=24, alpha=40)
     _, every_grid, program = grids.load_study(STUDY, "cpu")
     main_grid = every_grid[0]  # the scale's own grid; `also:` adds the others
     alone = {grids.run_of(STUDY, dict(zip(main_grid, v, strict=True)), program).key
              for v in itertools.product(*main_grid.values())}
-    assert alone == {r.key for r in kinds["main"]}
+    added = [r for r in kinds["main"] if r.key not in alone]
+    assert alone < {r.key for r in kinds["main"]} and len(added) == 2
+    assert {(r.config["method"], r.config["encoding"], r.config["seed"]) for r in added} == {
+        ("ntk", "identity", 4), ("ntk", "identity", 5)}
     with RunStore(grids.PACKAGED_RESULTS_DIR / STUDY / "cpu" / "study.sqlite", readonly=True) as store:
         stored = {r["key"] for r in store.rows() if r["status"] == "done"}
     assert stored == alone  # the 90 committed runs are the main grid's, none of an earlier grid
@@ -85,16 +89,17 @@ def test_the_added_grids_leave_the_main_grids_keys_as_they_were():
     assert len(alphas) >= 6 and alphas[0] <= 0.1 and alphas[-1] >= 100
     assert {(r.config["method"], r.config["width"], r.config["encoding"]) for r in kinds["alpha"]} == {
         ("trained", 256, "identity")}
+    assert {r.config["seed"] for r in kinds["alpha"]} == {1, 2, 3, 4, 5}  # issue 45: 5 seeds along α
 
 
 def test_the_committed_report_says_the_added_grids_are_planned_and_not_yet_run():
     from verify.studies import staged
 
     _, table = staged.study_table(STUDY, "cpu", grids.stored_out(STUDY, "cpu"))
-    assert table["planned"] == dict(main=0, ladder=6, finite=24, alpha=24)
+    assert table["planned"] == dict(main=2, ladder=6, finite=24, alpha=40)
     text = kr.format_markdown(table)
     command = "(`python -m verify.study run kernel-vs-sgd --scale cpu`)"
-    for n in (6, 24):
+    for n in (6, 24, 40):
         assert f"planned, not yet run: {n} runs {command}" in text
     assert "Feature learning is not claimed needed" in text
     assert "feature learning is needed" not in text.lower()
