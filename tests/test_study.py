@@ -740,10 +740,11 @@ def test_a_damaged_store_is_refused_in_one_line_naming_it_and_left_as_it_was(tmp
         proc = verify_study(argv, tmp_path)
         # Only the commands that read reports refuse one of another format: report and export,
         # and, for a study with a sequential plan (task-support's), every command that replays
-        # the plan on its reports (list; budget reads run times, run without --until-decided the grid).
+        # the plan on its reports (list, and budget, which counts the plan's runs; run without
+        # --until-decided runs the grid).
         sequential = study.study_plan("task-support").looks is not None
         refuses = (damage != "report of another format" or command in ("report", "export")
-                   or (sequential and command == "list"))
+                   or (sequential and command in ("list", "budget")))
         assert proc.returncode == (2 if refuses else 0), (command, proc.stderr)
         if refuses:
             err = proc.stderr
