@@ -58,7 +58,7 @@ from pathlib import Path
 import numpy as np
 
 from verify import cli
-from verify.studies import behaviour
+from verify.studies import behaviour, grids
 from verify.studies.effects import code_of, csv_text, export_runs, store_notes
 from verify.studies.grids import study_deviations
 from verify.studies.store import RunStore, reads_report
@@ -590,12 +590,9 @@ def analyse(rows: list[dict], planned: dict | None = None) -> dict:
 
 def planned_missing(study: str, scale: str, done: set[str]) -> dict:
     """{kind: runs of the study's grid at `scale` not in `done`} ({} for a study with no file)."""
-    from verify.cli import UsageError
-    from verify.studies import grids
-
     try:
         _, runs = grids.expand(study, scale)
-    except UsageError:
+    except cli.UsageError:
         return {}
     counts = dict.fromkeys(KINDS, 0)
     for r in runs:
