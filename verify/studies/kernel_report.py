@@ -768,6 +768,22 @@ def _absent(table: dict, kind: str, what: str) -> str:
     return planned_text(table, kind) or f"no {what} in this study's grid at this scale"
 
 
+def _section(table: dict, title: str, key: str, kind: str, what: str, body) -> list[str]:
+    """A report section: its heading, then body(table, level as a percentage) where the table has
+    rows under `key`, or the line saying the kind's runs are planned and not yet run (or absent
+    from the grid)."""
+    lines = [f"## {title}", ""]
+    if not table[key]:
+        return lines + [_absent(table, kind, what) + "."]
+    return lines + body(table, f"{table['level']:.0%}")
+
+
+def _planned_note(table: dict, kind: str) -> list[str]:
+    """["- Planned, not yet run: …."] for a kind's missing runs, or []."""
+    more = planned_text(table, kind)
+    return [f"- {more[0].upper() + more[1:]}."] if more else []
+
+
 def _interval(iv) -> str:
     return "—" if not iv else f"[{iv[0]:.3f}, {iv[1]:.3f}]"
 
@@ -806,16 +822,17 @@ def limit_summary(limit: dict, level: float = LEVEL) -> str:
 
 
 def along_tasks_lines(table: dict) -> list[str]:
-    pct = f"{table['level']:.0%}"
-    lines = ["## The kernel limit along tasks", ""]
-    if not table["along_tasks"]:
-        return lines + [_absent(table, "ladder", "ladders along tasks") + "."]
-    lines += ["Each seed's ladder doubles the tasks (nested: each rung holds the tasks of the one below) at "
-              "fixed x per task. A limit is settled when its last doubling moved held-out R² by less than "
-              "0.005; otherwise it is the asymptote R∞ of R(n) = R∞ − a·n^(−b) fitted to the rungs, with its "
-              f"{pct} profile-likelihood interval (verify.learning.kernel_ladder).", "",
-              "| kernel | encoding | seed | tasks | rows | training supports covered | held-out R² "
-              "| in-distribution R² |", "|---|---|---:|---:|---:|---:|---:|---:|"]
+    return _section(table, "The kernel limit along tasks", "along_tasks", "ladder", "ladders along tasks",
+                    _along_tasks_body)
+
+
+def _along_tasks_body(table: dict, pct: str) -> list[str]:
+    lines = ["Each seed's ladder doubles the tasks (nested: each rung holds the tasks of the one below) at "
+             "fixed x per task. A limit is settled when its last doubling moved held-out R² by less than "
+             "0.005; otherwise it is the asymptote R∞ of R(n) = R∞ − a·n^(−b) fitted to the rungs, with its "
+             f"{pct} profile-likelihood interval (verify.learning.kernel_ladder).", "",
+             "| kernel | encoding | seed | tasks | rows | training supports covered | held-out R² "
+             "| in-distribution R² |", "|---|---|---:|---:|---:|---:|---:|---:|"]
     for a in table["along_tasks"]:
         for q in a["seeds"]:
             for rung in q["rungs"]:
@@ -829,8 +846,7 @@ def along_tasks_lines(table: dict) -> list[str]:
         lines.append(f"- {a['method']} ({a['encoding']}): " + "; ".join(
             f"seed {q['seed']} {seed_limit_text(q)}" for q in a["seeds"]) + ". The limit: "
             + limit_summary(a["limit"], table["level"]) + ".")
-    more = planned_text(table, "ladder")
-    lines += [f"- {more[0].upper() + more[1:]}."] if more else []
+    lines += _planned_note(table, "ladder")
     if table["against_limit"]:
         lines += ["", "The online trained network (the main grid's) against the NTK limit along tasks, "
                   f"paired over seeds ({pct}, Holm over widths): trained − the seed's limit (its settled "
@@ -848,19 +864,20 @@ def along_tasks_lines(table: dict) -> list[str]:
 
 
 def equal_data_lines(table: dict) -> list[str]:
-    pct = f"{table['level']:.0%}"
-    lines = ["## Trained − kernel at equal data", ""]
-    if not table["equal_data"]:
-        return lines + [_absent(table, "finite", "networks on the kernel's finite rows") + "."]
-    lines += ["The networks trained in epochs over exactly the rows the NTK limit of their seed fits "
-              "(`--data finite`: the main grid's NTK run of the same seed, --tasks and --samples-per-task, "
-              "whose fit has the set's rows), against that limit: network − NTK paired over seeds, "
-              f"{pct}, Holm over the widths of each method. Online − finite: the same network trained "
-              "on fresh tasks every step, less its finite-data twin (no test: what the data budget gives "
-              "it).", "",
-              "| encoding | method | width | seeds | rows | supports covered | held-out R² "
-              "| − NTK, same rows | p_Holm | call | online − finite |",
-              "|---|---|---:|---:|---:|---|---|---|---:|---|---|"]
+    return _section(table, "Trained − kernel at equal data", "equal_data", "finite",
+                    "networks on the kernel's finite rows", _equal_data_body)
+
+
+def _equal_data_body(table: dict, pct: str) -> list[str]:
+    lines = ["The networks trained in epochs over exactly the rows the NTK limit of their seed fits "
+             "(`--data finite`: the main grid's NTK run of the same seed, --tasks and --samples-per-task, "
+             "whose fit has the set's rows), against that limit: network − NTK paired over seeds, "
+             f"{pct}, Holm over the widths of each method. Online − finite: the same network trained "
+             "on fresh tasks every step, less its finite-data twin (no test: what the data budget gives "
+             "it).", "",
+             "| encoding | method | width | seeds | rows | supports covered | held-out R² "
+             "| − NTK, same rows | p_Holm | call | online − finite |",
+             "|---|---|---:|---:|---:|---|---|---|---:|---|---|"]
     for g in table["equal_data"]:
         for m in g["methods"]:
             for w in m["widths"]:
@@ -873,22 +890,22 @@ def equal_data_lines(table: dict) -> list[str]:
         if g["unpaired"]:
             lines += ["", *[f"- Unpaired: {u['method']} ×{u['width']} seed {u['seed']} ({u['why']})."
                             for u in g["unpaired"]]]
-    more = planned_text(table, "finite")
-    return lines + (["", f"- {more[0].upper() + more[1:]}."] if more else [])
+    note = _planned_note(table, "finite")
+    return lines + ([""] + note if note else [])
 
 
 def lazy_rich_lines(table: dict) -> list[str]:
-    pct = f"{table['level']:.0%}"
-    lines = ["## The lazy-to-rich axis", ""]
-    if not table["lazy_rich"]:
-        return lines + [_absent(table, "alpha", "runs along α") + "."]
-    lines += ["The trained network as α·(f − f₀) at learning rate lr/α (verify.learning.lazy: large α lazy, "
-              "small α rich): held-out R², the NTK's movement ‖Θ_T − Θ_0‖/‖Θ_0‖, the parameters' "
-              "‖θ − θ₀‖/‖θ₀‖ and the additivity score (Lippl and Stachenfeld: R² of the outputs on the seen "
-              f"conjunctions, held-out and training supports), mean and {pct} t interval over seeds; "
-              "trained(α) − NTK limit (its fit at its row budget, the same seed), paired, Holm over α; and "
-              f"the TOST of equivalence to it within ×{math.exp(EQUIVALENCE_DELTA):.3g} of 1 − R², Holm "
-              "over α."]
+    return _section(table, "The lazy-to-rich axis", "lazy_rich", "alpha", "runs along α", _lazy_rich_body)
+
+
+def _lazy_rich_body(table: dict, pct: str) -> list[str]:
+    lines = ["The trained network as α·(f − f₀) at learning rate lr/α (verify.learning.lazy: large α lazy, "
+             "small α rich): held-out R², the NTK's movement ‖Θ_T − Θ_0‖/‖Θ_0‖, the parameters' "
+             "‖θ − θ₀‖/‖θ₀‖ and the additivity score (Lippl and Stachenfeld: R² of the outputs on the seen "
+             f"conjunctions, held-out and training supports), mean and {pct} t interval over seeds; "
+             "trained(α) − NTK limit (its fit at its row budget, the same seed), paired, Holm over α; and "
+             f"the TOST of equivalence to it within ×{math.exp(EQUIVALENCE_DELTA):.3g} of 1 − R², Holm "
+             "over α."]
     for g in table["lazy_rich"]:
         limit = g["limit"] is not None
         lines += ["", f"{g['encoding']}, width {g['width']}:", "",
@@ -917,8 +934,8 @@ def lazy_rich_lines(table: dict) -> list[str]:
         at = ", ".join(f"{a:g}" for a in g["equivalent_at"])
         lines += ["", f"Equivalent to the NTK limit within ×{math.exp(EQUIVALENCE_DELTA):.3g} of 1 − R² "
                   f"(TOST, Holm over α) at {'α = ' + at if at else 'no α'}."]
-    more = planned_text(table, "alpha")
-    return lines + (["", f"- {more[0].upper() + more[1:]}."] if more else [])
+    note = _planned_note(table, "alpha")
+    return lines + ([""] + note if note else [])
 
 
 def format_markdown(table: dict, runs: bool = True) -> str:
