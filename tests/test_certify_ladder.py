@@ -190,3 +190,28 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path):
                                str(tmp_path / "o")],
                               capture_output=True, text=True, timeout=60)
         assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and said in proc.stderr, proc.stderr
+
+
+def test_ctrl_c_mid_ladder_leaves_a_whole_ladder_json_marked_incomplete(tmp_path):
+    """Interrupted after its first network: exit 130 and one line; ladder.json (rewritten whole after
+    each network) loads, holds the networks done and says it is not complete; no partial file."""
+    import signal
+    import time
+
+    out = tmp_path / "o"
+    proc = subprocess.Popen([sys.executable, "-m", "verify.certify.ladder", "--widths", "8", "16", "32",
+                             "--seeds", "1", "--steps", "2000", "--seconds", "20", "--out", str(out),
+                             "--no-progress"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    deadline = time.monotonic() + 240
+    while not (out / "ladder.json").is_file():
+        assert proc.poll() is None, f"ended before the interrupt: {proc.communicate()}"
+        assert time.monotonic() < deadline, "no network finished in time"
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130, stderr
+    assert stderr.count("\n") == 1 and "interrupted" in stderr and "Traceback" not in stderr, stderr
+    written = json.loads((out / "ladder.json").read_text())
+    assert written["complete"] is False and 1 <= len(written["rows"]) < 3
+    assert not [p for p in out.rglob("*") if ".partial" in p.name or p.name.startswith(".")]

@@ -9,8 +9,9 @@ install of the project (its own .pth finder) does not come along: the project is
 from the wheel or not at all.
 
 What it runs from a folder outside the checkout: `verify.bound --help`, a small `verify.bound`,
-a sweep, a smoke study and a figure, checking that nothing was written into the installed
-package. Outputs never go there: `verify.sweep` writes `sweep_out/`, `verify.study run`
+a sweep, a smoke study, a figure, the smoke certification ladder and figure 14 from the ladder
+data the package ships, checking that nothing was written into the installed package.
+Outputs never go there: `verify.sweep` writes `sweep_out/`, `verify.study run`
 `verify/studies/results/STUDY/SCALE/` and `paper_figures` `paper_figures/output/` (or
 `preview/`), each relative to the working folder (`--out` chooses another), so in the
 checkout's root they are the committed folders and anywhere else new ones. The editable
@@ -127,5 +128,11 @@ def test_the_wheel_runs_from_outside_the_checkout_and_writes_only_there(installe
     figures = run(installed, "-m", "paper_figures", "--quick", "--only", "fig2_units_vs_M", "--no-progress")
     assert figures.returncode == 0, figures.stderr
     assert (work / "paper_figures" / "preview" / "fig2_units_vs_M.png").is_file()
+    ladder = run(installed, "-m", "verify.certify.ladder", "--smoke", "--no-progress")
+    assert ladder.returncode == 0, ladder.stderr
+    assert json.loads((work / "out" / "certify-ladder" / "ladder.json").read_text())["complete"]
+    fig14 = run(installed, "-m", "paper_figures", "--only", "fig14_certified", "--no-progress")
+    assert fig14.returncode == 0, fig14.stderr
+    assert (work / "paper_figures" / "output" / "fig14_certified.png").is_file()
 
     assert files_under(purelib) == before  # nothing written into the installed package
