@@ -27,7 +27,7 @@ marked as made by other code.
                            (within verify.studies.compare.TOLERANCE) and the verdicts
   list                     the studies and what their stores hold (--out ROOT: your stores,
                            ROOT/STUDY/SCALE)
-  budget                   what regenerating a scale costs (verify.studies.budget)
+  budget                   what a scale costs, grids and plans' next looks (verify.studies.budget)
   readme                   rewrite the README's result blocks (verify.studies.summary)
   record-behaviour STUDY   record the behaviour of runs this code made before runs did, and
                            replay the records of runs made by other code: each this code
@@ -292,7 +292,8 @@ def build_parser() -> cli.Parser:
                     help="read the stores under ROOT/STUDY/SCALE (as `run STUDY --out ROOT/STUDY/SCALE` "
                          "writes them) instead of the working folder's or the committed ones")
     b = sub.add_parser("budget", help="what regenerating a scale costs: core and wall time per study, in "
-                                      "all and left, from the stored run times")
+                                      "all and left (its grids and its sequential plans' next looks), "
+                                      "from the stored run times")
     b.add_argument("--scale", default="cpu", choices=SCALES, help="the scale (default cpu)")
     b.add_argument("--workers", type=positive_int, default=2,
                    help="runs at once, as `run --workers` (default 2: the CI machine's cores)")
