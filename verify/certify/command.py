@@ -220,10 +220,12 @@ def build_parser() -> cli.Parser:
     p.add_argument(
         "--intermediate",
         default="auto",
-        choices=("auto", "forward", "crown", "ibp"),
+        choices=("auto", "inherit", "forward", "crown", "ibp"),
         help="bounds of the hidden units for crown: forward linear bounds (cheap at small I), "
         "crown (a backward pass per unstable unit, tighter, slower), ibp, or auto: forward "
-        "for every box, crown for the boxes they leave open (default auto)",
+        "for every box, crown for the boxes they leave open; inherit: as auto, but every box "
+        "keeps its hidden units' bounds for its children, whose forward bounds start from them, "
+        "and crown runs on a child only where they stall (default auto)",
     )
     p.add_argument(
         "--alpha-steps",
