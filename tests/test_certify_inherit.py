@@ -204,3 +204,33 @@ def test_a_search_over_the_cap_is_still_sound(instance):  # noqa: F811
     for t, (best, _, _) in enumerate(exact):
         assert best - MILP_TOL <= float(br.upper[t])
     assert (br.upper <= 1.02 * br.lower).all()
+
+
+class _Clock:
+    """A stand-in for time.perf_counter that advances one second a call: the search stops on
+    seconds after a fixed number of steps, some of them splits and CROWN tiers cut short."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def perf_counter(self):
+        self.now += 1.0
+        return self.now
+
+
+@pytest.mark.parametrize("seconds", [10, 18, 22])
+def test_an_inheriting_search_stopped_by_seconds_mid_run_is_sound(net, monkeypatch, seconds):
+    """Stops after splits, with CROWN's tier given no time (10, 22) or cut after some chunks (18: 8
+    of 13 boxes), chunks of 4 boxes: every task's upper end is above the errors at 4,096 points."""
+    monkeypatch.setattr(bab_module, "time", _Clock())
+    monkeypatch.setattr(bab_module, "_chunk", lambda bounder, net, batch: 4)
+    br = branch_and_bound(
+        net, torch.arange(net.T), ratio=1.0001, seconds=seconds, intermediate="inherit", goal="support",
+        progress=False, batch=256, rho=0.0, every=1,
+    )
+    assert br.stop == "seconds" and br.splits > 0
+    g = torch.Generator().manual_seed(0)
+    x = torch.rand(net.T, 4096, net.I, generator=g, dtype=torch.float64) * 2 - 1
+    task = torch.arange(net.T).repeat_interleave(4096)
+    sampled = net.forward(task, x.reshape(-1, net.I)).abs().max(1).values.reshape(net.T, -1).max(1).values
+    assert (sampled <= br.upper).all() and (br.lower <= br.upper).all()
