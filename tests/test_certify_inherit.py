@@ -236,3 +236,21 @@ def test_an_inheriting_search_stopped_by_seconds_mid_run_is_sound(net, monkeypat
     task = torch.arange(net.T).repeat_interleave(4096)
     sampled = net.forward(task, x.reshape(-1, net.I)).abs().max(1).values.reshape(net.T, -1).max(1).values
     assert (sampled <= br.upper).all() and (br.lower <= br.upper).all()
+
+
+def test_the_store_grows_and_compacts_without_mixing_boxes_up():
+    """Rounds of appends past the first buffer (it grows), then compactions (it is rebuilt): each
+    live box still gets back its own bounds."""
+    store = BoundStore([3, 2], "cpu")
+    slots, values = torch.zeros(0, dtype=torch.long), torch.zeros(0, dtype=torch.float64)
+    for r in range(5):
+        v = torch.arange(700, dtype=torch.float64) + 1000 * r  # exact in float32
+        col = v[:, None]
+        new = store.put([(col.expand(700, 3), col.expand(700, 3) + 1), (col.expand(700, 2),) * 2])
+        live = torch.arange(len(slots)) % 3 != 0  # a third of the open boxes were split or closed
+        slots, values = torch.cat([slots[live], new]), torch.cat([values[live], v])
+        slots = store.compact(slots, values)
+        assert store.used <= 2 * len(slots) or store.used <= 1024
+    (l0, u0), (l1, u1) = store.get(slots)
+    col = values[:, None]
+    assert (l0 == col).all() and (u0 == col + 1).all() and (l1 == col).all() and (u1 == col).all()

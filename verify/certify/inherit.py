@@ -12,10 +12,11 @@ up), the stored interval holds the float64 one, so what a child inherits is stil
 `cap_bytes` the boxes with the smallest upper ends lose theirs (best-first splits them last; they
 are bounded from scratch when split: still sound, only slower). A box without stored bounds
 inherits ±inf: the intersection leaves its own bounds as they are. The cap is enforced once a
-round, after the round's children are stored, so it can be exceeded by one round's children
-(2 × 1,024 boxes at the default batch: 16 MiB on a 4×256 student). Measured on the students of
-command.py's table, the store stayed far below the cap (nothing dropped): about 60 MB at
-M 16, K 3 (4×32, ~60,000 open boxes), under 40 MB on the 4×256 one after 300 s.
+round, after the round's children are stored: the buffer holds at most the cap's rows and one
+round's children (ROUND_ROWS rows of room at bab's default batch: 32 MiB on a 4×256 student).
+Measured on the students of command.py's table, the store stayed far below the cap (nothing
+dropped): about 55 MB of live rows at M 16, K 3 (4×32 hull, ~55,000 open boxes after 300 s), 37 MB
+on the 4×256 one (4,464 open boxes), the buffer up to twice that between compactions.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from __future__ import annotations
 import torch
 
 CAP_BYTES = 2 * 2**30  # 2 GiB of stored bounds at most, by default
+ROUND_ROWS = 4096  # room beyond the cap for a round's children (2,048 at bab's default batch)
 
 
 def to_float32_outward(lower: torch.Tensor, upper: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -47,21 +49,40 @@ class BoundStore:
         self.n = self.cut[-1]
         self.row_bytes = 2 * self.n * 4
         self.cap_rows = int(cap_bytes // self.row_bytes)
-        self.bank = torch.empty(0, 2, self.n, dtype=torch.float32, device=device)
+        # Rows 0..used−1 of the buffer are in use; it doubles when full (amortised appends: a round
+        # appends 2,048 rows to a bank of up to 10⁵), but not past the cap and a round's rows.
+        self.device = device
+        self.buffer = self._empty(1024)
+        self.used = 0
         self.dropped = 0  # boxes whose stored bounds the cap removed
+
+    def _capacity(self, rows: int) -> int:
+        return min(rows, self.cap_rows + ROUND_ROWS)
+
+    def _empty(self, rows: int) -> torch.Tensor:
+        return torch.empty(rows, 2, self.n, dtype=torch.float32, device=self.device)
+
+    @property
+    def bank(self) -> torch.Tensor:
+        return self.buffer[: self.used]
 
     @property
     def nbytes(self) -> int:
-        return self.bank.numel() * 4
+        return self.buffer.numel() * 4
 
     def put(self, layers) -> torch.Tensor:
         """Store per-box bounds (per layer (l, u), float64 (B, n_j)); returns their slots (B,)."""
         lower = torch.cat([l for l, _ in layers], 1)
         upper = torch.cat([u for _, u in layers], 1)
         rows = torch.stack(to_float32_outward(lower, upper), 1)
-        start = len(self.bank)
-        self.bank = torch.cat([self.bank, rows])
-        return torch.arange(start, start + len(rows), device=rows.device)
+        start, end = self.used, self.used + len(rows)
+        if end > len(self.buffer):
+            grown = self._empty(max(end, self._capacity(2 * len(self.buffer))))
+            grown[:start] = self.bank
+            self.buffer = grown
+        self.buffer[start:end] = rows
+        self.used = end
+        return torch.arange(start, end, device=rows.device)
 
     def get(self, slots: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """Per layer (l, u) in float64 (B, n_j) of the boxes at `slots`; ±inf where none is stored."""
@@ -75,10 +96,11 @@ class BoundStore:
     def compact(self, slots: torch.Tensor, priority: torch.Tensor) -> torch.Tensor:
         """Keep only the rows at `slots` (the open boxes'), at most cap_rows of them: those of the
         boxes with the largest `priority` (their upper ends: split first). Returns the new slots.
-        Rebuilds the bank only when it holds twice the live rows or is over the cap (amortised)."""
+        Rebuilds the bank only when it holds twice the live rows, or more rows than the cap allows
+        (amortised), so it holds at most the cap's rows and one round's."""
         have = torch.nonzero(slots >= 0).flatten()
         over = len(have) > self.cap_rows
-        if not over and len(self.bank) <= max(2 * len(have), 1024):
+        if not over and self.used <= min(max(2 * len(have), 1024), self.cap_rows):
             return slots
         if over:
             keep = torch.topk(priority[have], self.cap_rows).indices
@@ -86,5 +108,8 @@ class BoundStore:
             have = have[keep]
         new = torch.full_like(slots, -1)
         new[have] = torch.arange(len(have), device=slots.device)
-        self.bank = self.bank[slots[have]]
+        live = self.bank[slots[have]]
+        self.buffer = self._empty(max(len(have), self._capacity(max(1024, 2 * len(have)))))
+        self.buffer[: len(have)] = live
+        self.used = len(have)
         return new
