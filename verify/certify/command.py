@@ -188,17 +188,19 @@ stopped there, brackets [2.0025, 2.5031] both; M 16, K 3: the upper end and rati
 lower ends 2.798 both on 4×32, 0.474 and 0.413 on 4×256.) Inheritance is 5–13% faster to the ratio
 at M 8 and a little tighter at M 16, K 3 (the upper end at 300 s: 3.954 against 4.002; an earlier
 pair, with the skip rule: 3.984 against 4.045; that pair's M 8 runs: 107.5 s against 112.6
-enumerated, 58.2 s against 71.1 over the hull; 4×256: 242.3 against 239.3). On the 4×256 student it
-is even: the same boxes, an upper end 0.3% lower (at equal boxes 246.3, 243.6, 240.2 against 246.5,
-244.1, 240.4), reached 10–30 s later in this window and 8–10 s earlier in the three-way one; its
-lower end (0.413 against 0.474) is a different point of equal error found first (both searches'
-heartbeats read 0.4131 throughout; the final evaluation at each point's best task differs). This
-window's 4×256 runs, two at a time, reached 239 in 300 s, where the single run of the section above
-reached 181 at 352 s (load ≈ 4 then too): here each run had about half a core (ps: 49%), 29 boxes a
-second against that run's 48. The store stayed far below its cap (nothing dropped): 8 KiB × 4,464
-open boxes on the 4×256 student, 1 KiB × ~55,000 at M 16, K 3. Not better on every case (4×256:
-even, its lower end lower), so auto stays the default of verify.certify, verify.sgd --certify and
-the ladder.
+enumerated, 58.2 s against 71.1 over the hull; 4×256: 242.3 against 239.3). A third pair at M 16, K
+3, after the store's buffer became one that doubles (inherit.py): 3.983 at 301,618 boxes against
+4.075 at 289,330; peak resident memory 741 MB against 655 MB. On the 4×256 student it is even: the
+same boxes, an upper end 0.3% lower (at equal boxes 246.3, 243.6, 240.2 against 246.5, 244.1,
+240.4), reached 10–30 s later in this window and 8–10 s earlier in the three-way one; its lower end
+(0.413 against 0.474) is a different point of equal error found first (both searches' heartbeats
+read 0.4131 throughout; the final evaluation at each point's best task differs). This window's
+4×256 runs, two at a time, reached 239 in 300 s, where the single run of the section above reached
+181 at 352 s (load ≈ 4 then too): here each run had about half a core (ps: 49%), 29 boxes a second
+against that run's 48. The store stayed far below its cap (nothing dropped): 8 KiB × 4,464 open
+boxes on the 4×256 student, 1 KiB × ~55,000 at M 16, K 3. Not better on every case (4×256: even,
+its lower end lower), so auto stays the default of verify.certify, verify.sgd --certify and the
+ladder.
 """
 
 from __future__ import annotations
