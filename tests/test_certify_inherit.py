@@ -3,12 +3,14 @@
 - a child bounded from its parent's bounds has no violation (points where |D| exceeds the bound),
   and its bounds lie inside the parent's; a child handed its *sibling's* bounds instead has some;
 - branch and bound with inheritance brackets every task's exact sup (MILP), enumerated and over
-  the hull, at both ends of the tier rule (CROWN on every stalled child, on none); a search whose
-  children inherit shrunk bounds does not (the mutant is caught);
+  the hull, under each tier rule; a search whose children inherit shrunk bounds, or another split
+  box's, does not (each mutant is caught);
 - the float32 store rounds outward: the stored interval holds the float64 one, for values float32
   cannot represent (a plain conversion does not, which is what the check would catch);
-- the memory cap drops the stored bounds of the lowest boxes, and the search is still sound;
-- the budgeted stops (seconds, nodes) with inheritance: test_certify.py's test_every_stop_is_sound.
+- the memory cap drops the stored bounds of the lowest boxes, and the search is still sound; the
+  store's buffer grows and compacts without mixing boxes up;
+- the budgeted stops (seconds, nodes) with inheritance: test_certify.py's test_every_stop_is_sound
+  (no time for a split; 14 boxes), and here a seconds stop mid-run (a fake clock), CROWN's tier cut.
 """
 
 from __future__ import annotations
@@ -129,12 +131,19 @@ def _shrunk(store, slots):
     return out
 
 
+def _another_boxs(store, slots):
+    """The mutant: each split box's children inherit the bounds of the next split box."""
+    return bab_module.PARENT_BOUNDS(store, slots.roll(1))
+
+
 bab_module.PARENT_BOUNDS = bab_module.parent_bounds
+WRONG_INHERITANCE = {"shrunk": _shrunk, "another box's": _another_boxs}
 
 
-def test_a_search_whose_children_inherit_shrunk_bounds_is_caught(instance, monkeypatch):  # noqa: F811
+@pytest.mark.parametrize("name", WRONG_INHERITANCE)
+def test_a_search_whose_children_inherit_wrong_bounds_is_caught(instance, monkeypatch, name):  # noqa: F811
     _, _, z, net, exact = instance
-    monkeypatch.setattr(bab_module, "parent_bounds", _shrunk)
+    monkeypatch.setattr(bab_module, "parent_bounds", WRONG_INHERITANCE[name])
     br = branch_and_bound(
         net, torch.arange(len(z)), ratio=1.02, seconds=15, intermediate="inherit", goal="support",
         progress=False, rho=0.0, every=1,
