@@ -32,6 +32,7 @@ METHODS = [
     ("crown", "forward", 0),
     ("crown", "crown", 0),
     ("crown", "auto", 0),
+    ("crown", "inherit", 0),
     ("crown", "forward", 4),
 ]
 
@@ -149,7 +150,7 @@ def planted(a: float = 0.8, v=(0.7, -0.4), beta: float = 0.3):
     return teacher, student, z0, a * (np.abs(v).sum() - beta)
 
 
-@pytest.mark.parametrize("intermediate", ["forward", "crown"])
+@pytest.mark.parametrize("intermediate", ["forward", "crown", "inherit"])
 def test_a_planted_bump_is_certified_within_the_ratio(intermediate):
     teacher, student, z0, known = planted()
     net = diff_net(student, teacher, z0[None], z0[None])
@@ -243,6 +244,8 @@ def test_each_mutant_is_caught(mutant_net, monkeypatch, name):
     [
         ("seconds", dict(seconds=1e-9)),
         ("seconds", dict(seconds=1e-9, intermediate="auto")),  # CROWN's tier gets no time at all
+        ("seconds", dict(seconds=1e-9, intermediate="inherit")),
+        ("nodes", dict(max_nodes=14, intermediate="inherit")),
         ("nodes", dict(max_nodes=14)),
         ("ratio", dict(ratio=1e6)),
     ],
@@ -258,7 +261,7 @@ def test_every_stop_is_sound(instance, stop, kwargs):
         assert br.nodes <= 14 and br.splits > 0
     if stop in ("seconds", "ratio"):
         assert br.nodes == len(z) and br.splits == 0
-    if kwargs.get("intermediate") == "auto":
+    if kwargs.get("intermediate") in ("auto", "inherit") and stop == "seconds":
         assert br.tier_boxes == [0]
     for t, (best, _, _) in enumerate(exact):
         assert best - MILP_TOL <= float(br.upper[t])

@@ -301,9 +301,9 @@ def test_every_box_the_hull_search_bounds_holds_a_task(hull_instance, monkeypatc
     seen = []
     original = Bounder.bound
 
-    def spy(self, task, lo, hi, method="crown"):
+    def spy(self, task, lo, hi, method="crown", inherited=None):
         seen.append((task, lo[:, : net.K].clone(), hi[:, : net.K].clone()))
-        return original(self, task, lo, hi, method)
+        return original(self, task, lo, hi, method, inherited)
 
     monkeypatch.setattr(Bounder, "bound", spy)
     branch_and_bound(net, torch.arange(net.T), ratio=1.0001, max_nodes=600, goal="support", progress=False)

@@ -13,6 +13,15 @@ change whether the bracket is within the ratio. The upper end of a group is the 
 end of its boxes, open or closed, so it is sound whenever the search stops: at the ratio, when
 `seconds` have passed, or after `max_nodes` boxes have been bounded (each stop is reported).
 
+Tiers (`intermediate`). "auto": every box gets forward intermediate bounds, then CROWN's if its bound
+is still above its target. "inherit": the same on the roots; each open box keeps the intermediate
+bounds it was bounded with (inherit.py: float32, rounded outward, under a memory cap), and its
+children start from them (a box's bounds hold on its sub-boxes): the cheap tier is forward bounds ∩
+the parent's, layer by layer, then the backward pass; CROWN's, starting from those, runs on the
+children still above their target (RHO's rule can skip some; by default it skips none). A child's
+intermediate bounds are never looser than its parent's (the intersection), and its bound is at most
+its parent's.
+
 The lower end is an error D has at a point of the family (`net.project`: a HullNet's weights
 rounded to the nearest level, so a real task): D evaluated at box centres, at the vertex where each box's
 bound peaks, and after a few steps of gradient ascent (signed, on the worst boxes' vertices).
@@ -29,6 +38,7 @@ from dataclasses import dataclass
 import torch
 
 from verify.certify.bounds import Bounder
+from verify.certify.inherit import CAP_BYTES, BoundStore
 from verify.cli import Heartbeat, heartbeat_seconds
 
 # Seconds between heartbeat lines off a terminal: a search runs for minutes, and its bracket moves.
@@ -53,6 +63,28 @@ class Bracket:
     seconds: float
     max_slack: float  # the largest rounding margin added to a box's bound
     tier_boxes: list[int]  # boxes bounded again by each later tier (intermediate "auto": CROWN's)
+    dropped: int = 0  # intermediate "inherit": boxes whose stored bounds the memory cap dropped
+
+
+# intermediate="inherit": a child still above its target after the cheap tier (forward ∩ inherited,
+# and its parent's bound) gets CROWN's intermediate bounds, starting from the cheap tier's, once
+# EVERY generations have passed without them (EVERY = 1: always), or when CROWN's gain the last
+# time it ran in the child's line (1 − its bound / the cheap tier's) would close the box or was
+# over RHO. Measured (command.py's docstring): skipping CROWN that way (RHO 0.02, EVERY 4) saved
+# time on the M 8 students, but left the upper end higher on M 16, K 3 and on the 4×256 student
+# at equal time: a parent's gain depends on the side it was split along, so it predicts its
+# children's poorly. So by default CROWN runs on every child still above its target; what the
+# inheritance gains is the cheap tier closing boxes without CROWN (its bound is within the
+# parent's), and CROWN's relaxations starting from tighter bounds (on the students measured, the
+# forward bounds leave nearly every unit unstable at the box sizes reached: few units drop out).
+RHO = 0.02
+EVERY = 1
+
+
+def parent_bounds(store: BoundStore, slots: torch.Tensor):
+    """The bounds that the children of the boxes at `slots` inherit (halves [first; second]): their
+    parent's, which hold on every sub-box. Module-level so that a test can hand down wrong ones."""
+    return [(torch.cat([l, l]), torch.cat([u, u])) for l, u in store.get(slots)]
 
 
 def _chunk(bounder, net, batch: int) -> int:
@@ -136,20 +168,28 @@ def branch_and_bound(
     abs_tol: float = 1e-12,
     ascent_tasks: int = 64,
     progress=None,
+    rho: float = RHO,
+    every: int = EVERY,
+    cap_bytes: float = CAP_BYTES,
 ) -> Bracket:
     """The bracket per group (`groups` (T,): each task's group, 0..G−1); see the module docstring.
     `batch`: boxes bounded per call. `intermediate`: the hidden units' bounds (bounds.py), or "auto":
-    forward bounds for every box, then CROWN's for the boxes still above their target.
+    forward bounds for every box, then CROWN's for the boxes still above their target, or "inherit":
+    as auto, but each open box keeps its intermediate bounds (inherit.py, at most `cap_bytes`) and
+    its children start from them: the cheap tier is forward ∩ the parent's, and CROWN's runs on a
+    child above its target only as RHO's rule says (`rho`, `every`: see RHO).
     `max_nodes`: boxes bounded in all (None: no limit); the roots
     (one per task) are always bounded, so the bracket is always sound and finite."""
     if goal not in ("set", "support"):
         raise ValueError(f"goal must be set or support; got {goal!r}")
     start = time.perf_counter()
     dev = net.device
-    if intermediate == "auto":  # forward bounds everywhere, CROWN's where they leave a box open
+    inheriting = intermediate == "inherit"
+    if intermediate in ("auto", "inherit"):  # forward bounds everywhere, CROWN's where they leave a box open
         tiers = [Bounder(net, "forward"), Bounder(net, "crown", alpha_steps=alpha_steps)]
     else:
         tiers = [Bounder(net, intermediate=intermediate, alpha_steps=alpha_steps)]
+    store = BoundStore(net.widths, dev, cap_bytes) if inheriting else None
     tier_boxes = [0] * len(tiers)
     chunks = [_chunk(b, net, batch) for b in tiers]
     T, I = net.T, net.I
@@ -180,24 +220,29 @@ def branch_and_bound(
         t = ratio * (lower[groups[task]] if goal == "support" else lower.max().expand(len(task)))
         return torch.clamp(t, min=abs_tol)
 
-    def run_tier(bounder, task, lo, hi, deadline=None):
+    def run_tier(bounder, task, lo, hi, deadline=None, inherited=None):
         """The tier's bounds of the boxes, chunk by chunk; with a deadline, only the chunks begun
-        before it (the first boxes: the caller orders them), and the rest get inf."""
+        before it (the first boxes: the caller orders them), and the rest get inf. With inherited
+        bounds (per layer (l, u)), also the intermediate bounds used, per layer, of the boxes done
+        (the first ones)."""
         chunk = chunks[tiers.index(bounder)]
         nonlocal max_slack
-        ups, verts, scores = [], [], []
+        ups, verts, scores, layers = [], [], [], []
         for s in range(0, len(task), chunk):
             if deadline is not None and time.perf_counter() >= deadline:
                 break
             sl = slice(s, s + chunk)
-            r = bounder.bound(task[sl], lo[sl], hi[sl], method)
+            given = None if inherited is None else [(l[sl], u[sl]) for l, u in inherited]
+            r = bounder.bound(task[sl], lo[sl], hi[sl], method, inherited=given)
             ups.append(r.upper)
             verts.append(r.vertex)
             scores.append(r.score)
+            layers.append(r.layers)
             max_slack = max(max_slack, float(r.slack.max()))
         done = sum(len(u) for u in ups)
+        layers = [tuple(map(torch.cat, zip(*at, strict=True))) for at in zip(*layers, strict=True)]
         if done == 0:
-            return torch.full((len(task),), torch.inf, dtype=torch.float64, device=dev), hi - lo
+            return torch.full((len(task),), torch.inf, dtype=torch.float64, device=dev), hi - lo, layers
         up, vert = torch.cat(ups), torch.cat(verts)
         with torch.no_grad():
             tt = torch.cat([task[:done], task[:done]])
@@ -205,26 +250,68 @@ def branch_and_bound(
             offer(tt, pts, net.forward(tt, pts).abs().max(1).values)
         rest = len(task) - done
         up = torch.cat([up, torch.full((rest,), torch.inf, dtype=up.dtype, device=dev)])
-        return up, torch.cat([*scores, (hi - lo)[done:]])
+        return up, torch.cat([*scores, (hi - lo)[done:]]), layers
 
     def bound(task, lo, hi):
         """The boxes' bounds and split scores: the first tier's, then each later tier's on the boxes
         still above their target (the smaller bound holds: both are sound)."""
         nonlocal nodes, tier_boxes
         nodes += len(task)
-        up, score = run_tier(tiers[0], task, lo, hi)
+        up, score, _ = run_tier(tiers[0], task, lo, hi)
         for k, bounder in enumerate(tiers[1:], start=1):
             # The later tiers refine the boxes above their target, largest bound first, while the time
             # lasts: the first tier's bound holds for the others.
             need = torch.nonzero(up > target_of(task)).flatten()
             need = need[torch.argsort(up[need], descending=True)]
             if len(need):
-                up_k, score_k = run_tier(bounder, task[need], lo[need], hi[need], deadline=start + seconds)
+                up_k, score_k, _ = run_tier(bounder, task[need], lo[need], hi[need], deadline=start + seconds)
                 reached = torch.isfinite(up_k)
                 up[need] = torch.minimum(up[need], up_k)
                 score[need[reached]] = score_k[reached]
                 tier_boxes[k] += int(reached.sum())
         return up, score
+
+    def bound_inheriting(task, lo, hi, parent=None):
+        """bound() for intermediate="inherit": (up, score, layers, gain, age) per box. parent: None for
+        roots, else (up, layers, gain, age) of each child's parent. The cheap tier (forward bounds
+        ∩ the inherited ones, then the backward pass) on every box; CROWN's intermediate bounds,
+        starting from the cheap tier's, on the boxes above their target that RHO's rule picks.
+        gain: 1 − CROWN's bound / the cheap one, the last time CROWN ran in the box's line; age:
+        generations since then."""
+        nonlocal nodes
+        nodes += len(task)
+        given = None if parent is None else parent[1]
+        cheap, score, layers = run_tier(tiers[0], task, lo, hi, inherited=given)
+        up = cheap.clone()
+        if parent is None:
+            gain = torch.ones_like(up)  # no CROWN yet: assume it pays
+            age = torch.zeros(len(task), dtype=torch.long, device=dev)
+            pick = up > target_of(task)
+        else:
+            p_up, _, gain, age = parent
+            gain, age = gain.clone(), age + 1
+            up = torch.minimum(up, p_up)  # the parent's box holds the child
+            target = target_of(task)
+            closes = cheap * (1 - gain) <= target  # CROWN's last gain would close the box
+            pays = gain > rho  # CROWN took more than rho off last time: its bounds go to the children
+            pick = (up > target) & (closes | pays | (age >= every))
+        need = torch.nonzero(pick).flatten()
+        need = need[torch.argsort(up[need], descending=True)]
+        if len(need):
+            mine = [(l[need], u[need]) for l, u in layers]
+            up_k, score_k, lay_k = run_tier(
+                tiers[1], task[need], lo[need], hi[need], deadline=start + seconds, inherited=mine
+            )
+            done = need[: len(lay_k[0][0]) if lay_k else 0]  # the boxes CROWN's tier reached in time
+            reached = torch.isfinite(up_k)
+            up[need] = torch.minimum(up[need], up_k)
+            score[need[reached]] = score_k[reached]
+            for (l, u), (lk, uk) in zip(layers, lay_k, strict=False):
+                l[done], u[done] = lk, uk
+            gain[need[reached]] = 1 - up_k[reached] / cheap[need[reached]].clamp(min=1e-300)
+            age[need[reached]] = 0
+            tier_boxes[1] += int(reached.sum())
+        return up, score, layers, gain, age
 
     bar_total = None if max_nodes is None else max_nodes
     from verify.cli import progress as progress_bar
@@ -237,7 +324,12 @@ def branch_and_bound(
     beat = Heartbeat(budget, "certify", "second", every=min(HEARTBEAT, heartbeat_seconds()) if on else None)
     task = torch.arange(T, device=dev)
     lo, hi = net.root(task)
-    up, score = bound(task, lo, hi)
+    if inheriting:
+        up, score, layers, gain, age = bound_inheriting(task, lo, hi)
+        slot = store.put(layers)
+    else:
+        up, score = bound(task, lo, hi)
+        slot = gain = age = torch.zeros(T, device=dev)  # unused: carried along to keep one code path
     bar.update(T)
 
     def climb(task, lo, hi, up):
@@ -260,6 +352,7 @@ def branch_and_bound(
             closed = torch.maximum(closed, _scatter_max(up[done], groups[task[done]], G, -torch.inf))
             keep = ~done
             task, lo, hi, up, score = task[keep], lo[keep], hi[keep], up[keep], score[keep]
+            slot, gain, age = slot[keep], gain[keep], age[keep]
         top_up = float(torch.maximum(closed.max(), up.max() if len(up) else closed.max()))
         bar.set_postfix_str(
             f"open {len(task)}, bracket [{float(lower.max()):.4g}, {top_up:.4g}]", refresh=False
@@ -292,11 +385,22 @@ def branch_and_bound(
         ct = torch.cat([task[top], task[top]])
         clo, chi = torch.cat([lo1, lo2]), torch.cat([hi1, hi2])
         pup = torch.cat([up[top], up[top]])
+        both = torch.cat([top, top])
+        holds = slice(None)
         if hasattr(net, "tighten"):  # a hull net's boxes shrink to the levels they hold, or go
             clo, chi, holds = net.tighten(ct, clo, chi)
             ct, clo, chi, pup = ct[holds], clo[holds], chi[holds], pup[holds]
+        both = both[holds]
+        if inheriting:
+            player = [(l[holds], u[holds]) for l, u in parent_bounds(store, slot[top])]
+            cup, cscore, clayers, cgain, cage = bound_inheriting(
+                ct, clo, chi, (pup, player, gain[both], age[both])
+            )
+            cslot = store.put(clayers)
+        else:
+            cup, cscore = bound(ct, clo, chi)
+            cslot, cgain, cage = slot[both], gain[both], age[both]
         # A child's bound is also bounded by its parent's (the parent's box holds it).
-        cup, cscore = bound(ct, clo, chi)
         cup = torch.minimum(cup, pup)
         splits += n_split
         bar.update(2 * n_split)
@@ -309,6 +413,9 @@ def branch_and_bound(
             torch.cat([up[keep], cup]),
             torch.cat([score[keep], cscore]),
         )
+        slot, gain, age = (torch.cat([a[keep], c]) for a, c in ((slot, cslot), (gain, cgain), (age, cage)))
+        if inheriting:  # the split boxes' rows are garbage now; the cap drops the lowest boxes' rows
+            slot = store.compact(slot, up)
         rounds += 1
         if rounds % 8 == 0:
             climb(task, lo, hi, up)
@@ -329,4 +436,5 @@ def branch_and_bound(
         seconds=time.perf_counter() - start,
         max_slack=max_slack,
         tier_boxes=tier_boxes[1:],
+        dropped=store.dropped if inheriting else 0,
     )

@@ -18,6 +18,10 @@ Bounds per ReLU layer j (pre-activations z_j, B × n_j):
 - `crown`: the forward bounds, then the backward pass from each unit they leave unstable
   (2 rows a unit; a stable unit's relaxation does not depend on its bounds).
   Intermediate bounds are intersected with IBP's, and with ±m_j (below), all sound.
+- inherited: bounds given per box and layer (a parent box's, bab.py), intersected with IBP's
+  layer by layer, so every later layer's interval, forward and CROWN bounds start from them: a
+  box's intermediate bounds hold at every point of the box, so on each of its sub-boxes too.
+  Each call returns the intermediate bounds it used (`Result.layers`), for the children.
 The output's bound is always the backward pass (`backward`), from the rows ±e_o of the output:
 the largest of D_o and of −D_o over the box, so the sup norm per output. With `alpha_steps`
 the lower slopes of the unstable units are optimised (projected Adam on the bound, per box,
@@ -97,6 +101,7 @@ class Result:
     vertex: torch.Tensor  # (B, I): the box's vertex where the bound's worst row's linear function peaks
     slack: torch.Tensor  # (B,): the largest margin added to a row
     score: torch.Tensor  # (B, I): per input, |the worst row's slope| × the box's width (where to split)
+    layers: list | None = None  # per ReLU layer (l, u), (B, n_j) each: the intermediate bounds used
 
 
 class Bounder:
@@ -140,15 +145,24 @@ class Bounder:
         s = gamma(W0.shape[2] + 2) * (W0.abs().sum(2) + b0.abs()) * UP + d0
         return self._clip(0, l - s, u + s)
 
-    def ibp(self, W0, b0, d0, lo, hi) -> list[tuple[torch.Tensor, torch.Tensor]]:
-        """Interval bounds of every ReLU layer and (last) of the output."""
-        out = [self._layer0(W0, b0, d0, lo, hi)]
+    @staticmethod
+    def _meet(bounds, inherited, j):
+        """Layer j's bounds intersected with the inherited ones (both hold on the box)."""
+        if inherited is None:
+            return bounds
+        (l, u), (il, iu) = bounds, inherited[j]
+        return torch.maximum(l, il), torch.minimum(u, iu)
+
+    def ibp(self, W0, b0, d0, lo, hi, inherited=None) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """Interval bounds of every ReLU layer and (last) of the output; each ReLU layer's intersected
+        with `inherited` (per layer (l, u), or None) before the next layer is bounded from it."""
+        out = [self._meet(self._layer0(W0, b0, d0, lo, hi), inherited, 0)]
         for j, (W, b) in enumerate(self.shared, start=1):
             hl, hu = (torch.relu(t) for t in out[-1])
             Wp, Wn = W.clamp(min=0), W.clamp(max=0)
             u = hu @ Wp.T + hl @ Wn.T + b + self.ibp_margin[j - 1]
             l = hl @ Wp.T + hu @ Wn.T + b - self.ibp_margin[j - 1]
-            out.append(self._clip(j, l, u) if j < len(self.m) else (l, u))
+            out.append(self._meet(self._clip(j, l, u), inherited, j) if j < len(self.m) else (l, u))
         return out
 
     def _forward(self, W0, b0, d0, lo, hi, ibp) -> list[tuple[torch.Tensor, torch.Tensor]]:
@@ -244,29 +258,36 @@ class Bounder:
         slack = (slack + gamma(lo.shape[1] + 2) * (L0.abs().sum(2) + c.abs())) * UP
         return (val, slack, L0, Lam) if with_lam0 else (val, slack, L0)
 
-    def intermediate_bounds(self, W0, b0, d0, lo, hi):
-        ibp = self.ibp(W0, b0, d0, lo, hi)
+    def intermediate_bounds(self, W0, b0, d0, lo, hi, inherited=None):
+        """(per ReLU layer (l, u), the output's interval bounds). `inherited` enters through IBP's:
+        the forward and CROWN bounds intersect each layer with IBP's before relaxing it, so each
+        layer's relaxation uses the inherited bounds, and CROWN refines only the units that stay
+        unstable after the intersection."""
+        ibp = self.ibp(W0, b0, d0, lo, hi, inherited)
         if self.intermediate == "ibp":
             return ibp[:-1], ibp[-1]
         make = self._forward if self.intermediate == "forward" else self._crown_intermediate
         return make(W0, b0, d0, lo, hi, ibp), ibp[-1]
 
-    def bound(self, task: torch.Tensor, lo: torch.Tensor, hi: torch.Tensor, method: str = "crown") -> Result:
+    def bound(
+        self, task: torch.Tensor, lo: torch.Tensor, hi: torch.Tensor, method: str = "crown", inherited=None
+    ) -> Result:
         """The bound of max_o |D_o| over each box [lo, hi] ⊂ [-1, 1]^I of the task `task`.
         method: "ibp" (interval bounds only) or "crown" (this Bounder's intermediate bounds, then the
-        backward pass, α-optimised when alpha_steps > 0, intersected with IBP's output bounds)."""
+        backward pass, α-optimised when alpha_steps > 0, intersected with IBP's output bounds).
+        inherited: per ReLU layer (l, u) (B, n_j) that hold on each box (a box holding it had them),
+        or None; ±inf where a box has none."""
         W0, b0, d0 = self.net.first(task, lo, hi)
         O, B = self.net.O, len(task)
-        bounds, out_ibp = (
-            self.intermediate_bounds(W0, b0, d0, lo, hi)
-            if method == "crown"
-            else (None, self.ibp(W0, b0, d0, lo, hi)[-1])
-        )
+        if method == "crown":
+            bounds, out_ibp = self.intermediate_bounds(W0, b0, d0, lo, hi, inherited)
+        else:
+            *bounds, out_ibp = self.ibp(W0, b0, d0, lo, hi, inherited)
         ibp_rows = torch.cat([out_ibp[1], -out_ibp[0]], dim=1)
         if method == "ibp":
             mid = (lo + hi) / 2
             zero = torch.zeros(B, dtype=lo.dtype, device=lo.device)
-            return Result(ibp_rows.max(1).values, ibp_rows, mid, zero, hi - lo)
+            return Result(ibp_rows.max(1).values, ibp_rows, mid, zero, hi - lo, bounds)
         eye = torch.eye(O, dtype=lo.dtype, device=lo.device)
         Lam = torch.cat([eye, -eye]).expand(B, 2 * O, O)
         k = len(self.m)
@@ -281,7 +302,7 @@ class Bounder:
         score = L.abs() * (hi - lo)
         if hasattr(self.net, "split_gain"):  # a hull net: what a split takes off the products' relaxation
             score = score + self.net.split_gain(task, lo, hi, lam0[at, worst].abs())
-        return Result(rows.max(1).values, rows, vertex, slack.max(1).values, score)
+        return Result(rows.max(1).values, rows, vertex, slack.max(1).values, score, bounds)
 
     def _optimise_alpha(self, Lam, k, bounds, W0, b0, d0, lo, hi):
         """Lower slopes per box, row and unstable unit, by projected Adam on the sum of the rows'

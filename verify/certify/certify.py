@@ -122,5 +122,6 @@ def certify_supports(
         seconds=br.seconds,
         max_margin=br.max_slack,
         crown_boxes=sum(br.tier_boxes),
+        inherited_dropped=br.dropped,  # intermediate "inherit": boxes whose stored bounds the cap dropped
         worst=max(per_support, key=lambda p: p["upper"]),
     )

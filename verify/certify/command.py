@@ -138,6 +138,69 @@ under 0.003 at r = 0.02). What it would take: 10³–10⁴× more bounds a secon
 thousands of boxes: not measured, no device was lent), or bounds that do not need small boxes:
 ReLU splits with β-CROWN's multipliers, or multi-neuron relaxations, on the few dozen units that
 stay unstable.
+
+--intermediate inherit: children start from their parent's intermediate bounds (bab.py, inherit.py).
+A box's pre-activation bounds hold on its sub-boxes, so each open box keeps them (float32, rounded
+outward, 8·Σ_j n_j bytes a box: 1 KiB on a 4×32 hull, 8 KiB on 4×256; a 2 GiB cap drops the lowest
+boxes' first) and its children intersect them with their own, layer by layer. Why, on one task of
+the 4×256 student (64 boxes of x half-width r around its worst sampled point; the child is the
+left half along x₀; 1 thread, shared machine):
+
+    r       parent CROWN   child CROWN        child forward      child forward ∩ parent's
+    0.5     43.9           31    32.3 ms/box  194   0.37 ms/box  43.2   0.35 ms/box
+    0.25    4.76           2.88  27.7         29    0.39         4.73   0.38
+    0.1     0.763          0.73  15.0         2.55  0.40         0.751  0.37
+    0.05    0.677          0.673 3.8          0.801 0.37         0.675  0.35
+
+On small boxes the cheap bound (forward ∩ the parent's) is nearly CROWN's at 10–90× less time; on
+large ones it is about the parent's bound, and CROWN is still needed. The tier rule: every child
+gets the cheap tier, its bound capped by its parent's; CROWN's intermediate bounds (from the cheap
+tier's) on the children still above their target. A rule that skips CROWN where it gained little
+the last time (under ρ = 2% of the cheap bound, unless that gain would close the box; at least
+every 4th generation: bab.RHO, EVERY) was measured first, side by side with auto (3 runs at a time:
+M 8 to the ratio, M 16, K 3 150 s, 4×256 300 s; the upper end, and the boxes):
+
+    student                 auto                    skip rule (ρ 0.02)      CROWN on every child left open
+    M 8, K 2, enumerate     91.2 s, 77,480 boxes    83.7 s, 80,290          85.7 s, 76,320
+    M 16, K 3, hull, 150 s  6.121, 96,818 boxes     6.160, 107,058          6.089, 96,818
+    4×256, hull, 300 s      241.1, 6,706 boxes      244.0, 6,706            240.2, 6,706
+
+(ρ 0.1 and 0.25 at M 16, K 3: 6.092 at 162,354 boxes and 6.468 at 182,834, against auto's 6.053
+in the same window: looser boxes, more of them, no gain.) Skipping CROWN pays only where it
+closes boxes anyway (M 8); elsewhere the children left without it stay near their parent's bound,
+and a parent's gain, which depends on the side it was split along, predicts its children's
+poorly. So the default rule runs CROWN on every child left above its target (EVERY = 1); the
+gain is the cheap tier closing boxes without CROWN, and CROWN starting from tighter bounds.
+
+Measured with that rule, `python -m verify.certify RUN --ratio 1.25 --threads 1 --intermediate
+auto|inherit` (nice 5, the two of each pair side by side on the 2-core machine, which a 2-worker
+background study shared throughout; M 8: both pairs at once; students made as above, the M 8 one
+by --steps 2000, the M 16, K 3 one by --steps 3000):
+
+    teacher    student  z          budget  auto (before)                     inherit (after)
+    M 8, K 2   4×32     enumerate  180 s   86.8 s, 77,480 boxes (74,958)     82.0 s, 76,320 (59,397)
+                        hull       180 s   50.7 s, 23,875 (23,333)           44.0 s, 23,479 (18,388)
+    M 16, K 3  4×32     hull       300 s   4.002 1.43×, 303,666 (301,891)    3.954 1.41×, 307,762 (289,158)
+    M 16, K 3  4×256    hull       300 s   239.31 505×, 8,754 (8,466)        238.70 578×, 8,754 (7,442)
+
+(boxes bounded, and in brackets those CROWN's tier bounded again; M 8: the time to the ratio, both
+stopped there, brackets [2.0025, 2.5031] both; M 16, K 3: the upper end and ratio at the budget,
+lower ends 2.798 both on 4×32, 0.474 and 0.413 on 4×256.) Inheritance is 5–13% faster to the ratio
+at M 8 and a little tighter at M 16, K 3 (the upper end at 300 s: 3.954 against 4.002; an earlier
+pair, with the skip rule: 3.984 against 4.045; that pair's M 8 runs: 107.5 s against 112.6
+enumerated, 58.2 s against 71.1 over the hull; 4×256: 242.3 against 239.3). A third pair at M 16, K
+3, after the store's buffer became one that doubles (inherit.py): 3.983 at 301,618 boxes against
+4.075 at 289,330; peak resident memory 741 MB against 655 MB. On the 4×256 student it is even: the
+same boxes, an upper end 0.3% lower (at equal boxes 246.3, 243.6, 240.2 against 246.5, 244.1,
+240.4), reached 10–30 s later in this window and 8–10 s earlier in the three-way one; its lower end
+(0.413 against 0.474) is a different point of equal error found first (both searches' heartbeats
+read 0.4131 throughout; the final evaluation at each point's best task differs). This window's
+4×256 runs, two at a time, reached 239 in 300 s, where the single run of the section above reached
+181 at 352 s (load ≈ 4 then too): here each run had about half a core (ps: 49%), 29 boxes a second
+against that run's 48. The store stayed far below its cap (nothing dropped): 8 KiB × 4,464 open
+boxes on the 4×256 student, 1 KiB × ~55,000 at M 16, K 3. Not better on every case (4×256: even,
+its lower end lower), so auto stays the default of verify.certify, verify.sgd --certify and the
+ladder.
 """
 
 from __future__ import annotations
@@ -220,10 +283,12 @@ def build_parser() -> cli.Parser:
     p.add_argument(
         "--intermediate",
         default="auto",
-        choices=("auto", "forward", "crown", "ibp"),
+        choices=("auto", "inherit", "forward", "crown", "ibp"),
         help="bounds of the hidden units for crown: forward linear bounds (cheap at small I), "
         "crown (a backward pass per unstable unit, tighter, slower), ibp, or auto: forward "
-        "for every box, crown for the boxes they leave open (default auto)",
+        "for every box, crown for the boxes they leave open; inherit: as auto, but every box "
+        "keeps its hidden units' bounds for its children, whose forward bounds start from them, "
+        "and crown runs on a child only where they stall (default auto)",
     )
     p.add_argument(
         "--alpha-steps",
