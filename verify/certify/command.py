@@ -288,7 +288,7 @@ def build_parser() -> cli.Parser:
         "crown (a backward pass per unstable unit, tighter, slower), ibp, or auto: forward "
         "for every box, crown for the boxes they leave open; inherit: as auto, but every box "
         "keeps its hidden units' bounds for its children, whose forward bounds start from them, "
-        "and crown runs on a child only where they stall (default auto)",
+        "and crown runs on the children they leave open (default auto)",
     )
     p.add_argument(
         "--alpha-steps",
