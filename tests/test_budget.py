@@ -61,3 +61,26 @@ def test_a_study_with_no_store_is_unknown_and_the_cli_prints_the_totals(tmp_path
     assert "have no time to go by (not counted)" in capsys.readouterr().out
     assert study.main(["budget", "--workers", "0"]) == 2
     assert capsys.readouterr().err.count("\n") == 1
+
+
+def test_a_run_at_other_steps_is_timed_by_its_twins_scaled_by_the_steps():
+    """staged.run_seconds: a cell's own runs first; a cell moved to more steps is timed by its runs at
+    fewer, scaled by the steps (not by the study's mean); another cell, or a run without steps, None."""
+    from verify.studies import staged
+
+    def row(seconds, **config):
+        return {"config": {"M": 8, "width": 64, **config}, "seconds": seconds}
+
+    done = [row(100.0, steps=1000, seed=1), row(140.0, steps=1000, seed=2),
+            row(10.0, steps=50, seed=1, width=8)]
+    timed = staged.run_seconds(done)
+    assert timed({"M": 8, "width": 64, "steps": 1000, "seed": 7}) == pytest.approx(120.0)  # its cell
+    assert timed({"M": 8, "width": 64, "steps": 4000, "seed": 1}) == pytest.approx(480.0)  # ×4 steps
+    assert timed({"M": 8, "width": 8, "steps": 100, "seed": 3}) == pytest.approx(20.0)
+    assert timed({"M": 16, "width": 64, "steps": 1000, "seed": 1}) is None  # no twin at any steps
+    assert timed({"M": 8, "width": 64, "seed": 1}) is None  # no steps to scale by
+    # split_seed is a seed where the caller says so (verify.study budget), not otherwise.
+    split = [row(30.0, steps=10, seed=1, split_seed=0)]
+    assert staged.run_seconds(split)({"M": 8, "width": 64, "steps": 10, "seed": 1, "split_seed": 1}) is None
+    assert staged.run_seconds(split, ("seed", "split_seed"))(
+        {"M": 8, "width": 64, "steps": 20, "seed": 2, "split_seed": 1}) == pytest.approx(60.0)

@@ -11,9 +11,10 @@ so a plan's pending looks are in the cost; the looks after those depend on data 
 A run's time is its own stored time when the store holds it (any code: a rerun costs about
 what the run cost); otherwise the mean of the stored runs whose configuration differs from
 it only in the seeds (`seed`, `split_seed`): the same work on other random draws; otherwise
-the study's mean over its stored runs of this grid, marked as a guess; with none at all, it
-is unknown and the totals say so. Stored times were measured on whatever shared the
-machine then (another study on the second core, say): a budget, not a benchmark.
+that of the runs that differ from it also in their steps, scaled by the ratio of the steps
+(staged.run_seconds); otherwise the study's mean over its stored runs of this grid, marked as a
+guess; with none at all, it is unknown and the totals say so. Stored times were measured on
+whatever shared the machine then (another study on the second core, say): a budget, not a benchmark.
 
 Wall time: `run all` runs the studies one after another, each on W workers that take the
 runs in grid order as they free up (Ray's local scheduling); within a study that is the
@@ -41,7 +42,7 @@ class StudyBudget:
     seconds: tuple[float | None, ...]  # per run of the grid, in grid order (None: unknown)
     left: tuple[bool, ...]  # per run: still to run (not done by current code)
     measured: int  # runs whose own time is stored
-    matched: int  # runs timed by their seed twins
+    matched: int  # runs timed by their seed twins (or their twins at other steps, scaled)
     guessed: int  # runs timed by the study's mean
 
     def core_minutes(self, only_left: bool = False) -> float:
@@ -65,12 +66,6 @@ def list_schedule(seconds: list[float], workers: int) -> float:
     return max(free)
 
 
-def _without_seeds(config: dict) -> str:
-    import json
-
-    return json.dumps({k: v for k, v in config.items() if k not in SEED_SETTINGS}, sort_keys=True)
-
-
 def study_budget(name: str, scale: str, out: Path | None = None) -> StudyBudget:
     """The budget of one study at `scale`, read from its store (in `out`, else
     grids.stored_out): its grid's runs and those its sequential plan asks for now."""
@@ -83,21 +78,19 @@ def study_budget(name: str, scale: str, out: Path | None = None) -> StudyBudget:
             rows = [r for r in s.rows() if r["status"] == "done" and r["seconds"]]
     judge = behaviour.Judge(runs[0].program, provenance.code_fingerprint(runs[0].program))
     by_key = {r["key"]: r for r in rows}
-    twins: dict[str, list[float]] = {}
-    for r in rows:
-        twins.setdefault(_without_seeds(r["config"]), []).append(r["seconds"])
+    twin = staged.run_seconds(rows, SEED_SETTINGS)
     grid_keys = {run.key for run in runs}
     of_grid = [r["seconds"] for r in rows if r["key"] in grid_keys] or [r["seconds"] for r in rows]
     guess = sum(of_grid) / len(of_grid) if of_grid else None
     seconds, left, counts = [], [], dict(measured=0, matched=0, guessed=0)
     for run in runs:
         stored = by_key.get(run.key)
-        twin = twins.get(_without_seeds(run.config))
+        matched = None if stored is not None else twin(run.config)
         if stored is not None:
             seconds.append(stored["seconds"])
             counts["measured"] += 1
-        elif twin:
-            seconds.append(sum(twin) / len(twin))
+        elif matched is not None:
+            seconds.append(matched)
             counts["matched"] += 1
         else:
             seconds.append(guess)

@@ -22,6 +22,7 @@ from verify.studies.grids import DEFAULT_PROGRAM, PROGRAMS, Run, expand, run_of,
 from verify.studies.store import RunStore, reading
 
 SEED = "seed"
+STEPS = "steps"  # a training run's length: its time scales with it (run_seconds)
 _FIXED_POINT_ROUNDS = 5  # the replay's run set settles in 2 (a third confirms)
 
 
@@ -58,8 +59,8 @@ def study_table(name: str, scale: str, out: Path) -> tuple[list[Run], dict]:
 
 def cost_note(name: str, scale: str, out: Path, runs: list[Run]) -> str | None:
     """What the plan's runs not yet made cost (the next looks of its open claims), from the
-    store's run times of the same cells (a grid point less its seed), else its mean: the note a
-    report prints. None where nothing is missing or the study has no sequential plan."""
+    store's run times (`run_seconds`), else its mean: the note a report prints. None where
+    nothing is missing or the study has no sequential plan."""
     if study_plan(name).looks is None or not (out / "study.sqlite").is_file():
         return None
     with RunStore(out / "study.sqlite", readonly=True) as store:
@@ -68,17 +69,43 @@ def cost_note(name: str, scale: str, out: Path, runs: list[Run]) -> str | None:
     missing = [r for r in runs if r.key not in status]
     if not missing or not done:
         return None
-    by_cell: dict[str, list[float]] = {}
-    for r in done:
-        by_cell.setdefault(_cell_key(r["config"]), []).append(r["seconds"])
+    timed = run_seconds(done)
     overall = sum(r["seconds"] for r in done) / len(done)
-    seconds = 0.0
-    for r in missing:
-        times = by_cell.get(_cell_key(r.config))
-        seconds += sum(times) / len(times) if times else overall
+    seconds = sum(timed(r.config) or overall for r in missing)
     return (f"the sequential plan asks for {len(missing)} runs not yet made (the next looks of its open "
             f"claims): about {seconds / 3600:.1f} core-hours at this store's run times "
             f"(python -m verify.study run {Path(name).stem} --scale {scale} --until-decided)")
+
+
+def run_seconds(done: list[dict], seeds: tuple[str, ...] = (SEED,)):
+    """A run's time from the stored runs `done` (rows with config and seconds): config → seconds,
+    or None. The mean over its cell (the runs whose configuration differs from it only in `seeds`:
+    the same work on other random draws); else, over the runs that differ from it also in their
+    steps, each time scaled by the ratio of the steps (a training run's time is about linear in
+    its steps: a study that moves a cell to more steps is timed by the runs it had at fewer, not by
+    the study's mean); else None."""
+    by_cell: dict[str, list[float]] = {}
+    per_step: dict[str, list[float]] = {}
+    for r in done:
+        by_cell.setdefault(_cell_key(r["config"], seeds), []).append(r["seconds"])
+        if _steps(r["config"]):
+            per_step.setdefault(_cell_key(r["config"], (*seeds, STEPS)), []).append(
+                r["seconds"] / _steps(r["config"]))
+
+    def seconds(config: dict) -> float | None:
+        times = by_cell.get(_cell_key(config, seeds))
+        if times:
+            return sum(times) / len(times)
+        rates = per_step.get(_cell_key(config, (*seeds, STEPS))) if _steps(config) else None
+        return sum(rates) / len(rates) * _steps(config) if rates else None
+
+    return seconds
+
+
+def _steps(config: dict) -> float | None:
+    steps = config.get(STEPS)
+    numeric = isinstance(steps, int | float) and not isinstance(steps, bool)
+    return float(steps) if numeric and steps > 0 else None
 
 
 def _replay(name: str, scale: str, out: Path, *, max_seeds: int | None = None
@@ -135,8 +162,8 @@ def _cells(runs: list[Run]) -> dict[str, _Cell]:
     return cells
 
 
-def _cell_key(params: dict) -> str:
-    return repr(sorted((k, effects.hashable(v)) for k, v in params.items() if k != SEED))
+def _cell_key(params: dict, without: tuple[str, ...] = (SEED,)) -> str:
+    return repr(sorted((k, effects.hashable(v)) for k, v in params.items() if k not in without))
 
 
 def _extension(study: str, cells: dict[str, _Cell], ask: dict[str, int]) -> list[Run]:
