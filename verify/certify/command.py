@@ -201,6 +201,30 @@ against that run's 48. The store stayed far below its cap (nothing dropped): 8 K
 boxes on the 4×256 student, 1 KiB × ~55,000 at M 16, K 3. Not better on every case (4×256: even,
 its lower end lower), so auto stays the default of verify.certify, verify.sgd --certify and the
 ladder.
+
+Paper scale (issue 46: what it takes, and how far it gets). A student at the paper's teacher, I = H
+= O = 16, M = 16, K = 3, 4×1024 (`python -m verify.sgd --M 16 --K 3 --I 16 --H 16 --O 16 --seed 1
+--shapes custom --widths 1024 1024 1024 1024 --steps 3000 --save DIR --threads 1`: 197 s; R² 0.966
+train, 0.965 held out, searched held-out sup 1.97; the paper trains 300,000 steps). `--z hull
+--seconds 600 --threads 1` (nice 5, the 2-core machine shared with a 2-worker study): held-out sup
+in [2.146, 6,769] (3,154×), 1,218 boxes (2 a second; the 174 roots alone took 137 s), 696 open, stop
+at the budget; the lower end beats the run's search (1.97). Why, on one task (the worst of 4,000
+sampled points each; 8 boxes of x half-width r around it; ms per box on one shared core; sampled
+max 0.83):
+
+    r       CROWN   CROWN's unstable units per layer   ms/box   forward ∩ parent's CROWN (ms/box)
+    0.25    525     666, 1,030, 1,034, 1,034           773      564    (12.5)
+    0.1     25.5    276, 477, 895, 1,032               692      29.0   (11.9)
+    0.05    1.82    140, 189, 283, 348                 609      1.93   (11.5)
+    0.02    0.945   59, 58, 73, 57                     437      0.947  (12.2)
+
+CROWN comes within 1.25× of the sampled error only at x half-width ≈ 0.02–0.03 in all 16 inputs,
+(1/0.025)^16 ≈ 10^25 boxes to tile one task's cube at that size; branch and bound needs them only
+where the error comes within the ratio of the largest, but in 16 dimensions even a small fraction of
+the cube is out of reach at 0.4–0.8 s a box (an hour: about 7,000 boxes). Input-space branch and
+bound does not reach paper scale, on any hardware within a factor of 10^6; what would are bounds
+that do not need small input boxes (ReLU splits with β-CROWN's multipliers on the few hundred
+units left unstable, multi-neuron relaxations), or a claim over sampled tasks instead of all.
 """
 
 from __future__ import annotations
