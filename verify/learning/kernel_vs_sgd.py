@@ -282,8 +282,26 @@ def check_runnable(run: KernelRun) -> None:
     its solve (estimated before any work)."""
     cli.check_device(run.runtime.device)
     if run.method in KERNEL_METHODS:
-        _check_memory(max(run.tasks, run.max_tasks or 0), run.samples_per_task, run.depth,
+        _check_memory(_largest_fit_tasks(run), run.samples_per_task, run.depth,
                       "--max-tasks" if run.max_tasks else "--tasks", run.solver or "auto", run.O)
+
+
+def _largest_fit_tasks(run: KernelRun) -> int:
+    """The tasks of the largest kernel fit a run makes (a ladder along tasks: its top rung)."""
+    return max(run.tasks, run.max_tasks or 0)
+
+
+def memory_bytes(config: dict) -> int:
+    """The peak memory a stored key's run needs, as far as it is estimated: a kernel limit's
+    largest solve (kernel_limit.solve_bytes, what check_runnable holds it to), 0 for a network
+    (small at these sizes, not estimated). The study engine's scheduler reads it
+    (verify.studies.engines), so that runs which do not fit together do not run at once."""
+    from verify.learning.kernel_limit import solve_bytes
+
+    run = from_key(config)
+    if run.method not in KERNEL_METHODS:
+        return 0
+    return solve_bytes(_largest_fit_tasks(run) * run.samples_per_task, run.depth, run.solver or "auto", run.O)
 
 
 def available_bytes() -> int:

@@ -12,7 +12,8 @@
   replay), `run(config)` (the report, JSON-able), `command_line(config)` (its flags, for
   people) and, for the parameters a study may set, `build_parser` and `RUNTIME` (the flags
   that change no result). It may define `behaviour` (verify.studies.behaviour's record of a
-  run: a few numbers any change to its training or scoring moves), `own_parameters` (which
+  run: a few numbers any change to its training or scoring moves), `memory_bytes(config)` (a
+  run's peak memory, which the Ray engine holds for it: verify.studies.engines), `own_parameters` (which
   of a grid point's parameters apply to its run) and `STUDY_PARAMETERS` (parameters that are
   not flags: verify.sgd's width and depth); a program that runs in packs (grids.Program.packs)
   defines `check_pack_grid(configs)`, its refusal of a grid it cannot pack.
