@@ -111,6 +111,77 @@ def test_the_rungs_double_from_tasks_and_end_at_max_tasks():
     assert rungs("--tasks", "8", "--max-tasks", "8") == [8]
 
 
+def test_rungs_per_doubling_puts_rungs_between_the_doublings():
+    def rungs(*argv):
+        return kernel_vs_sgd.task_ladder(kernel_vs_sgd.parse_args([*SMALL, *argv]))
+
+    assert rungs("--tasks", "256", "--max-tasks", "2048", "--rungs-per-doubling", "2") == [
+        256, 362, 512, 724, 1024, 1448, 2048]
+    assert rungs("--tasks", "3", "--max-tasks", "20", "--rungs-per-doubling", "2") == [3, 4, 6, 8, 12, 17, 20]
+    # A few tasks: 2·2^(1/3) and 2·2^(2/3) both round to 3, which is one rung.
+    assert rungs("--tasks", "2", "--max-tasks", "8", "--rungs-per-doubling", "3") == [2, 3, 4, 5, 6, 8]
+    doubling = [256, 512, 1024, 2048]
+    assert rungs("--tasks", "256", "--max-tasks", "2048", "--rungs-per-doubling", "1") == doubling
+
+
+def test_rungs_per_doubling_keys_only_when_it_is_not_1():
+    base = kernel_vs_sgd.run_config(kernel_vs_sgd.parse_args([*SMALL, "--max-tasks", "1024"]))
+    one = kernel_vs_sgd.run_config(kernel_vs_sgd.parse_args([*SMALL, "--max-tasks", "1024",
+                                                             "--rungs-per-doubling", "1"]))
+    two = kernel_vs_sgd.run_config(kernel_vs_sgd.parse_args([*SMALL, "--max-tasks", "1024",
+                                                             "--rungs-per-doubling", "2"]))
+    assert base == one and "rungs_per_doubling" not in base and two == base | {"rungs_per_doubling": 2}
+
+
+def test_a_ladders_last_doubling_spans_its_rungs_per_doubling():
+    r2 = [0.80, 0.85, 0.90, 0.9045, 0.908]  # the last rung moved 0.0035, the last doubling 0.008
+    n = [1, 1.41, 2, 2.83, 4]
+    assert kernel_ladder.limit_of(n, r2, 0.005)["kind"] == "settled"
+    two = kernel_ladder.limit_of(n, r2, 0.005, per_doubling=2)
+    assert two["kind"] == "extrapolated" and two["last_change"] == pytest.approx(0.008)
+    assert kernel_ladder.last_change([0.5], 1) is None and kernel_ladder.last_change([0.5, 0.6], 2) is None
+
+
+def test_every_rung_scored_in_one_pass_equals_each_rung_scored_alone():
+    """RungPredictor: each rung's outputs are its own predictor's (to rounding), and its α must fit."""
+    cfg = KernelConfig(tasks=8, samples_per_task=4)
+    gen = torch.Generator().manual_seed(0)
+    x, y = torch.randn(40, 5, generator=gen, dtype=torch.float64), torch.randn(40, 2, generator=gen,
+                                                                               dtype=torch.float64)
+    points = torch.randn(30, 5, generator=gen, dtype=torch.float64)
+    fits = [kernel_limit.fit(cfg, x[:n], y[:n]).predictor for n in (10, 20, 40)]
+    every = kernel_limit.RungPredictor(cfg, x, [f.alpha for f in fits])
+    out = every(points)
+    assert out.shape == (30, 6)
+    for f, part in zip(fits, every.parts, strict=True):
+        assert torch.allclose(out[:, part], f(points), rtol=0, atol=1e-10 * float(f(points).abs().max()))
+    # A rung's α in the wrong column would be another rung's predictions: caught above; and one
+    # larger than the rows, or of other outputs, is refused.
+    with pytest.raises(ValueError):
+        kernel_limit.RungPredictor(cfg, x[:20], [f.alpha for f in fits])
+    with pytest.raises(ValueError):
+        kernel_limit.RungPredictor(cfg, x, [fits[0].alpha, fits[1].alpha[:, :1]])
+
+
+def test_the_ladders_rung_r2_are_each_rungs_own_predictors(monkeypatch):
+    """fit_task_ladder scores its rungs in one pass: the same R² as each rung's fit scored alone."""
+    run, family, split, record, _ = _ladder(monkeypatch, "--tasks", "2", "--max-tasks", "16",
+                                            "--samples-per-task", "3", "--rungs-per-doubling", "2")
+    sides = kernel_vs_sgd._sides(run, family, split)
+    top = KernelConfig(tasks=16, samples_per_task=3)
+    x, y, _ = kernel_limit.nested_training_rows(family, split.train, top, run.seed)
+    rungs = record["task_ladder"]
+    assert [s["tasks"] for s in rungs] == [2, 3, 4, 6, 8, 11, 16]
+    # Its last doubling is 8 → 16 tasks, two rungs back.
+    assert record["limit"]["last_change"] == rungs[-1]["held_out_r2"] - rungs[-3]["held_out_r2"]
+    for s in rungs:
+        alone = kernel_limit.fit(KernelConfig(tasks=s["tasks"], samples_per_task=3), x[:s["rows"]],
+                                 y[:s["rows"]]).predictor
+        assert s["held_out_r2"] == pytest.approx(kernel_vs_sgd._held_out_r2(family, alone, sides), abs=1e-12)
+        assert s["in_distribution_r2"] == pytest.approx(
+            kernel_vs_sgd._held_out_r2(family, alone, sides, "train"), abs=1e-12)
+
+
 def test_a_key_without_max_tasks_is_the_key_it_was():
     key = kernel_vs_sgd.run_config(kernel_vs_sgd.parse_args([*SMALL, "--ladder"]))
     assert "max_tasks" not in key and key["ladder"] is True
@@ -128,6 +199,9 @@ def test_a_key_without_max_tasks_is_the_key_it_was():
         (["--tasks", "64", "--max-tasks", "32"], "--max-tasks must be at least --tasks"),
         (["--ladder", "--max-tasks", "1024"], "one ladder a run"),
         (["--method", "trained", "--max-tasks", "1024"], "--max-tasks does not apply to --method trained"),
+        (["--rungs-per-doubling", "2"], "--rungs-per-doubling sets the rungs of a ladder along tasks: give "
+                                        "--max-tasks"),
+        (["--max-tasks", "64", "--rungs-per-doubling", "0"], "--rungs-per-doubling"),
     ],
 )
 def test_a_ladder_it_cannot_run_gets_one_line_and_exit_2_before_any_work(argv, message, capsys, monkeypatch):

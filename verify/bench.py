@@ -149,6 +149,39 @@ def kernel_solve_time(rows: int) -> dict:
                 seconds_solve=result.seconds_solve, train_rows_rmse=result.train_rmse)
 
 
+def ladder_scoring(top_tasks: int = 256, first_tasks: int = 32, rungs_per_doubling: int = 2,
+                   eval_tasks: int = 256) -> dict:
+    """A ladder along tasks's scoring (verify.kernel --max-tasks), on the cpu scale's teacher
+    (M 16, K 3, I = H = O = 4, 16 x a task): each rung's held-out R² by its own predictor (a pass
+    of K(x*, X_r) a rung, as the ladder scored before) against every rung's from one pass of the
+    top rung's rows (kernel_limit.RungPredictor), on the same fits: seconds of each, their ratio,
+    and the largest difference in R² (the order of the sums only)."""
+    import dataclasses as dc
+
+    import numpy as np
+
+    from verify.learning import kernel_vs_sgd as kv
+    from verify.learning.kernel_limit import KernelPredictor, RungPredictor, fit, nested_training_rows
+
+    run = kv.KernelRun.build(dict(method="ntk", M=16, K=3, I=4, H=4, O=4, seed=1, tasks=first_tasks,
+                                  max_tasks=top_tasks, rungs_per_doubling=rungs_per_doubling,
+                                  eval_tasks=eval_tasks))
+    family, split = kv._family_and_split(run)
+    sides = kv._sides(run, family, split)
+    top = dc.replace(kv._kernel_config(run, run.samples_per_task), tasks=run.max_tasks)
+    x, y, _ = nested_training_rows(family, split.train, top, run.seed)
+    rungs = kv.task_ladder(run)
+    alphas = [fit(dc.replace(top, tasks=t), x[:t * 16], y[:t * 16]).predictor.alpha for t in rungs]
+    start = time.perf_counter()
+    alone = [kv._held_out_r2(family, KernelPredictor(top, x[:len(a)], a), sides) for a in alphas]
+    mid = time.perf_counter()
+    together = kv._rung_r2(family, RungPredictor(top, x, alphas), sides, "held_out")
+    end = time.perf_counter()
+    return dict(rungs=rungs, eval_rows=eval_tasks * run.eval_samples, seconds_each=mid - start,
+                seconds_together=end - mid, ratio=(mid - start) / (end - mid),
+                max_r2_difference=float(np.max(np.abs(np.subtract(alone, together)))))
+
+
 def training_speed(widths: list[int], steps: int, repeats: int, family: str | None = None) -> dict:
     """The paper's training step of a family (128 tasks: × 16 samples for the hyperteacher,
     one 8-step episode each for the preference grid) on an MLP of `widths`: seconds a step,
@@ -297,6 +330,14 @@ def _kernel_and_ray_rows(args, progress) -> list[dict]:
     rows.append(dict(what=f"NTK kernel regression on {kernel_rows:,} rows [e(z), x] (paper teacher, depth "
                           f"4): Gram {kr['seconds_kernel']:.1f} s + Cholesky {kr['seconds_solve']:.1f} s",
                      value=kr["seconds"], unit="s", target=60.0, detail=kr))
+    if not args.quick:
+        with cli.phase("a ladder along tasks, scored rung by rung and in one pass", progress):
+            ls = ladder_scoring()
+        rungs = ls["rungs"]
+        rows.append(dict(what=f"ladder scoring, {len(rungs)} rungs {rungs[0]}–{rungs[-1]} tasks: "
+                              f"one pass {ls['seconds_together']:.1f} s against a pass a rung "
+                              f"{ls['seconds_each']:.1f} s (R² to {ls['max_r2_difference']:.0e})",
+                         value=ls["ratio"], unit="×", target=2.0, higher_is_better=True, detail=ls))
     try:
         import ray  # noqa: F401
     except ImportError:

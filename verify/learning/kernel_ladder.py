@@ -31,13 +31,14 @@ B_BOUNDS = (1e-3, 8.0)
 GRID = 201  # candidate asymptotes on [min R², 1]; the ends are then found by root finding
 
 
-def last_change(r2: list[float]) -> float | None:
-    """How far the last doubling moved the held-out R² (None with one rung)."""
-    return None if len(r2) < 2 else float(r2[-1] - r2[-2])
+def last_change(r2: list[float], per_doubling: int = 1) -> float | None:
+    """How far the last doubling (the last `per_doubling` rungs) moved the held-out R² (None with
+    fewer rungs)."""
+    return None if len(r2) <= per_doubling else float(r2[-1] - r2[-1 - per_doubling])
 
 
-def is_settled(r2: list[float], tolerance: float) -> bool:
-    change = last_change(r2)
+def is_settled(r2: list[float], tolerance: float, per_doubling: int = 1) -> bool:
+    change = last_change(r2, per_doubling)
     return change is not None and abs(change) < tolerance
 
 
@@ -130,12 +131,13 @@ def saturating_fit(n, r2, level: float = 0.95) -> dict:
     return out
 
 
-def limit_of(n, r2, tolerance: float, level: float = 0.95) -> dict:
-    """What the ladder says of the limit: `settled` (the last rung's R², its last doubling
-    moved it by less than `tolerance`), else `extrapolated` (the saturating model's R∞ with
-    its interval), or `unresolved` (too few rungs to fit the model)."""
-    change = last_change(r2)
-    if is_settled(r2, tolerance):
+def limit_of(n, r2, tolerance: float, level: float = 0.95, per_doubling: int = 1) -> dict:
+    """What the ladder says of the limit: `settled` (the last rung's R², its last doubling, the
+    last `per_doubling` rungs, moved it by less than `tolerance`), else `extrapolated` (the
+    saturating model's R∞ with its interval, fitted to every rung), or `unresolved` (too few
+    rungs to fit the model)."""
+    change = last_change(r2, per_doubling)
+    if is_settled(r2, tolerance, per_doubling):
         return dict(kind="settled", value=float(r2[-1]), last_change=change, tolerance=tolerance)
     if len(r2) < 3:
         return dict(

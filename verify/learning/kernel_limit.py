@@ -203,6 +203,24 @@ def _cross(cfg: KernelConfig, rows: torch.Tensor, x: torch.Tensor, alpha: torch.
     return cfg.kernel_of(rows, x) @ alpha
 
 
+class RungPredictor(KernelPredictor):
+    """Every rung of a ladder along tasks at once: rung r's α (fitted on the first n_r of the
+    rows x_train), zero below its n_r rows, side by side (n, R·O), so that one pass of
+    K(x*, X)·[α_1 … α_R] gives each rung's K(x*, X_r)·α_r (outputs `parts[r]`): the cross-kernel
+    of the points against the top rung's rows is formed once, not once a rung. Exact but for the
+    order of the sums (the zeros add nothing)."""
+
+    def __init__(self, cfg: KernelConfig, x_train: torch.Tensor, alphas: list[torch.Tensor]):
+        n, outputs = len(x_train), alphas[0].shape[1]
+        if any(len(a) > n or a.shape[1] != outputs for a in alphas):
+            raise ValueError("each rung's α must have at most the top rung's rows and the same outputs")
+        stacked = torch.zeros(n, outputs * len(alphas), dtype=torch.float64)
+        for r, a in enumerate(alphas):
+            stacked[:len(a), r * outputs:(r + 1) * outputs] = a
+        super().__init__(cfg, x_train, stacked)
+        self.parts = [slice(r * outputs, (r + 1) * outputs) for r in range(len(alphas))]
+
+
 @dataclass
 class Fit:
     predictor: KernelPredictor

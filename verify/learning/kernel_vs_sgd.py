@@ -64,7 +64,7 @@ APPLIES = {"width": NETWORKS, "steps": NETWORKS, "tasks_per_batch": NETWORKS, "l
            "parametrization": ("ntk",),
            "data": NETWORKS,
            "tasks": KERNEL_METHODS,  # and the networks under --data finite (reads_setting)
-           "ladder": KERNEL_METHODS, "max_tasks": KERNEL_METHODS,
+           "ladder": KERNEL_METHODS, "max_tasks": KERNEL_METHODS, "rungs_per_doubling": KERNEL_METHODS,
            "sup_search": KERNEL_METHODS,
            "jitter": KERNEL_METHODS, "sigma_b2": KERNEL_METHODS, "solver": KERNEL_METHODS}
 LADDER_TOLERANCE = 0.005  # held-out R² that a doubling (of samples per task, or of tasks) may still move
@@ -92,6 +92,7 @@ RUNTIME = ("threads", "no_progress", "json", "save", "device")
 # ladder along tasks, whose rungs outgrow the full search (SUP_SEARCHES).
 # data too: unset (or online, the same run) a network trains online, as the committed runs did.
 METHOD_DEFAULTS = dict(width=256, parametrization="standard", tasks=512, ladder=False, max_tasks=None,
+                       rungs_per_doubling=None,  # None: 1, a key without it is the key it was
                        sup_search=None, data=None,
                        jitter=1e-10,
                        # None: σ_b² = 0 and the auto solver, so a key without them is the key it was
@@ -172,6 +173,11 @@ class KernelRun:
                                                        "--samples-per-task, and say whether the held-out R² "
                                                        f"settled (last doubling < {LADDER_TOLERANCE}) or "
                                                        "extrapolate its asymptote (kernel_ladder.py)")
+    rungs_per_doubling: int | None = by_method(cli.positive_int, "ntk, nngp with --max-tasks: rungs per "
+                                               "doubling of tasks (2: --tasks·√2, 2·--tasks, …, each "
+                                               "rounded), so the saturating model has more rungs to fit "
+                                               "(4 residual degrees of freedom from 256 to 2,048 tasks, "
+                                               "not 1); default 1")
     sup_search: str | None = by_method(choice(SUP_SEARCHES), "ntk, nngp: the sup-error search: full "
                                        "(verify.sgd's, as a network is searched) or in_proportion (cut "
                                        "so that it costs no more than the fit, in kernel entries); "
@@ -222,6 +228,8 @@ class KernelRun:
             object.__setattr__(self, "sigma_b2", None)
         if self.solver == "auto":
             object.__setattr__(self, "solver", None)
+        if self.rungs_per_doubling == 1:
+            object.__setattr__(self, "rungs_per_doubling", None)
         check_fields(self)
         if self.K > self.M:
             raise UsageError(f"--K must be at most --M (got K={self.K}, M={self.M})")
@@ -235,6 +243,8 @@ class KernelRun:
             if self.max_tasks < self.tasks:
                 raise UsageError(f"--max-tasks must be at least --tasks (got {self.max_tasks} < "
                                  f"{self.tasks})")
+        elif self.rungs_per_doubling is not None:
+            raise UsageError("--rungs-per-doubling sets the rungs of a ladder along tasks: give --max-tasks")
         if self.data == "finite" and self.tasks_per_batch > self.tasks:
             raise UsageError(f"--data finite: --tasks-per-batch must be at most --tasks (got "
                              f"{self.tasks_per_batch} > {self.tasks})")
@@ -411,10 +421,13 @@ def peak_rss_bytes() -> int:
 
 
 def task_ladder(run: KernelRun) -> list[int]:
-    """The rungs of a ladder along tasks: --tasks doubled while below --max-tasks, then --max-tasks."""
-    rungs = [run.tasks]
-    while rungs[-1] * 2 < run.max_tasks:
-        rungs.append(rungs[-1] * 2)
+    """The rungs of a ladder along tasks: --tasks · 2^(k/r) (r = --rungs-per-doubling, each rounded)
+    while below --max-tasks, then --max-tasks (r = 1: --tasks doubled)."""
+    per, rungs, k = run.rungs_per_doubling or 1, [run.tasks], 1
+    while (tasks := round(run.tasks * 2 ** (k / per))) < run.max_tasks:
+        if tasks > rungs[-1]:  # a few tasks: rounding can repeat a rung
+            rungs.append(tasks)
+        k += 1
     return rungs + [run.max_tasks] if run.max_tasks > rungs[-1] else rungs
 
 
@@ -424,34 +437,51 @@ def fit_task_ladder(run: KernelRun, family, split, sides, progress) -> tuple[obj
     rung's rows, tasks, training supports covered, held-out and in-distribution R², kernel and
     solve seconds, estimated solve bytes and the process's peak memory; then what the rungs say
     of the limit (kernel_ladder.limit_of: settled, or the saturating model's asymptote with its
-    profile-likelihood interval)."""
+    profile-likelihood interval). The rungs are scored together, after the last fit
+    (kernel_limit.RungPredictor): one pass of K(x*, X) over the top rung's rows scores them all,
+    where scoring each rung alone cost the eval rows × its rows again (twice the top rung's Gram
+    at the cpu scale, whose 2 × 16,384 eval rows equal its 32,768 training rows)."""
     import dataclasses as dc
 
     import numpy as np
 
     from verify.learning.kernel_ladder import limit_of
-    from verify.learning.kernel_limit import fit, nested_training_rows, solve_bytes
+    from verify.learning.kernel_limit import RungPredictor, fit, nested_training_rows, solve_bytes
 
     top = dc.replace(_kernel_config(run, run.samples_per_task), tasks=run.max_tasks)
     x_all, y_all, which = nested_training_rows(family, split.train, top, run.seed)
-    steps, result = [], None
+    steps, alphas, result = [], [], None
     for tasks in task_ladder(run):
         cfg = dc.replace(top, tasks=tasks)
         rows = cfg.rows
         with cli.phase(f"{run.method} limit: {tasks:,} tasks, {rows:,} rows", progress):
             result = None  # the rung below's K and predictor go before this rung's are made
             result = fit(cfg, x_all[:rows], y_all[:rows])
-            held_out = _held_out_r2(family, result.predictor, sides)
-            in_distribution = _held_out_r2(family, result.predictor, sides, "train")
+        alphas.append(result.predictor.alpha)
         steps.append(dict(tasks=tasks, samples_per_task=run.samples_per_task, rows=rows,
                           supports_covered=int(len(np.unique(which[:tasks]))),
-                          training_supports=int(len(split.train)), held_out_r2=held_out,
-                          in_distribution_r2=in_distribution,
+                          training_supports=int(len(split.train)), held_out_r2=None,
+                          in_distribution_r2=None,
                           solve_bytes=solve_bytes(rows, run.depth, cfg.solver, y_all.shape[1]),
                           peak_rss_bytes=peak_rss_bytes(), **result.summary()))
-    limit = limit_of([s["tasks"] for s in steps], [s["held_out_r2"] for s in steps], LADDER_TOLERANCE)
+    with cli.phase(f"{run.method} limit: {len(steps)} rungs scored", progress):
+        every = RungPredictor(top, x_all[:steps[-1]["rows"]], alphas)
+        for side, name in (("held_out", "held_out_r2"), ("train", "in_distribution_r2")):
+            for step, r2 in zip(steps, _rung_r2(family, every, sides, side), strict=True):
+                step[name] = r2
+    limit = limit_of([s["tasks"] for s in steps], [s["held_out_r2"] for s in steps], LADDER_TOLERANCE,
+                     per_doubling=run.rungs_per_doubling or 1)
     return result.predictor, dict(fit=steps[-1], ladder=None, ladder_settled=None, task_ladder=steps,
                                   limit=limit)
+
+
+def _rung_r2(family, every, sides, side: str) -> list[float]:
+    """Each rung's compositional R² on a side, from one pass of a RungPredictor."""
+    from verify.learning.metrics import compositional_r2_paper, predict
+
+    _, samples = sides[side]
+    pred = predict(every, samples, family.encode)
+    return [compositional_r2_paper(pred[..., part], samples) for part in every.parts]
 
 
 def fit_kernel(run: KernelRun, family, split, sides, progress) -> tuple[object, dict]:
