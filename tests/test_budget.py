@@ -84,3 +84,39 @@ def test_a_run_at_other_steps_is_timed_by_its_twins_scaled_by_the_steps():
     assert staged.run_seconds(split)({"M": 8, "width": 64, "steps": 10, "seed": 1, "split_seed": 1}) is None
     assert staged.run_seconds(split, ("seed", "split_seed"))(
         {"M": 8, "width": 64, "steps": 20, "seed": 2, "split_seed": 1}) == pytest.approx(60.0)
+
+
+def test_a_run_no_stored_run_can_time_is_timed_by_the_seconds_its_also_block_declares(tmp_path, monkeypatch):
+    """kernel-vs-sgd's ladders are unlike any stored run: the study's mean (a guess) would time
+    them at a few minutes. An `also:` block's `seconds:` times its runs until they are stored;
+    a stored run and a seed twin still come first."""
+    monkeypatch.chdir(tmp_path)
+    path = tiny_study(tmp_path, seeds="[1, 2]")
+    with open(path, "a") as f:
+        f.write("also:\n  - parameters:\n      width: {value: 8}\n    seconds: 300\n")
+    out = study.default_out(path, "paper")
+    one = tiny_study(tmp_path, seeds="[1]", name="one.yaml")
+    study.run_study(one, "paper", out, engine="serial", progress=False)
+    with sqlite3.connect(out / "study.sqlite") as c:
+        c.execute("UPDATE runs SET seconds = 100.0")
+    b = budget.study_budget(path, "paper")
+    assert (b.runs, b.measured, b.matched, b.declared, b.guessed) == (4, 1, 1, 2, 0)
+    assert sorted(b.seconds) == [100.0, 100.0, 300.0, 300.0]
+    assert grids.declared_seconds(path, "paper") == [({"width": [8]}, 300.0)]
+    assert "| 1 / 1 / 2 / 0 / 0 |" in budget.format_budget(
+        dict(workers=2, scale="paper", rows=[dict(study="tiny", runs=4, current=1, measured=1, matched=1,
+                                                  declared=2, guessed=0, unknown=0, core_minutes=13.3,
+                                                  core_minutes_left=11.7, wall_minutes=6.7,
+                                                  wall_minutes_left=5.0)],
+             total=dict(runs=4, current=1, measured=1, matched=1, declared=2, guessed=0, unknown=0,
+                        core_minutes=13.3, core_minutes_left=11.7, wall_minutes=6.7, wall_minutes_left=5.0)))
+
+
+@pytest.mark.parametrize("seconds", ["0", "-5", "true", "soon", ".inf"])
+def test_a_declared_time_that_is_not_a_positive_number_is_refused_in_one_line(tmp_path, seconds):
+    path = tiny_study(tmp_path)
+    with open(path, "a") as f:
+        f.write(f"also:\n  - parameters:\n      width: {{value: 8}}\n    seconds: {seconds}\n")
+    with pytest.raises(grids.UsageError, match="`seconds` must be a positive number") as e:
+        grids.load_study(path, "paper")
+    assert "\n" not in str(e.value)

@@ -12,14 +12,18 @@ A run's time is its own stored time when the store holds it (any code: a rerun c
 what the run cost); otherwise the mean of the stored runs whose configuration differs from
 it only in the seeds (`seed`, `split_seed`): the same work on other random draws; otherwise
 that of the runs that differ from it also in their steps, scaled by the ratio of the steps
-(staged.run_seconds); otherwise the study's mean over its stored runs of this grid, marked as a
-guess; with none at all, it is unknown and the totals say so. Stored times were measured on
+(staged.run_seconds); otherwise the time its `also:` block declares (`seconds:`, measured and
+stated in the study file: runs unlike any stored one, kernel-vs-sgd's ladders along tasks);
+otherwise the study's mean over its stored runs of this grid, marked as a guess; with none at
+all, it is unknown and the totals say so. Stored times were measured on
 whatever shared the machine then (another study on the second core, say): a budget, not a benchmark.
 
 Wall time: `run all` runs the studies one after another, each on W workers that take the
 runs in grid order as they free up (Ray's local scheduling); within a study that is the
 list schedule below, whose length is at least the core time / W and at most that plus the
-longest run.
+longest run. Ray's memory holds (verify.studies.engines) are not modelled: runs that wait for
+each other's memory can take longer (kernel-vs-sgd's 6 ladders along tasks run one at a time,
+≈ 3.2 h, whatever W is).
 """
 
 from __future__ import annotations
@@ -44,6 +48,7 @@ class StudyBudget:
     measured: int  # runs whose own time is stored
     matched: int  # runs timed by their seed twins (or their twins at other steps, scaled)
     guessed: int  # runs timed by the study's mean
+    declared: int = 0  # runs timed by the seconds their study file declares
 
     def core_minutes(self, only_left: bool = False) -> float:
         return sum(s or 0.0 for s, todo in zip(self.seconds, self.left, strict=True)
@@ -82,16 +87,22 @@ def study_budget(name: str, scale: str, out: Path | None = None) -> StudyBudget:
     grid_keys = {run.key for run in runs}
     of_grid = [r["seconds"] for r in rows if r["key"] in grid_keys] or [r["seconds"] for r in rows]
     guess = sum(of_grid) / len(of_grid) if of_grid else None
-    seconds, left, counts = [], [], dict(measured=0, matched=0, guessed=0)
+    blocks = grids.declared_seconds(name, scale)
+    seconds, left, counts = [], [], dict(measured=0, matched=0, declared=0, guessed=0)
     for run in runs:
         stored = by_key.get(run.key)
         matched = None if stored is not None else twin(run.config)
+        declared = next((s for entries, s in blocks
+                         if all(run.params.get(k) in values for k, values in entries.items())), None)
         if stored is not None:
             seconds.append(stored["seconds"])
             counts["measured"] += 1
         elif matched is not None:
             seconds.append(matched)
             counts["matched"] += 1
+        elif declared is not None:
+            seconds.append(declared)
+            counts["declared"] += 1
         else:
             seconds.append(guess)
             counts["guessed"] += guess is not None
@@ -104,7 +115,7 @@ def budget_table(scale: str, workers: int) -> dict:
     """Every study's budget at `scale`, and the totals for `run all` on `workers` workers."""
     studies = [study_budget(name, scale) for name in grids.study_names()]
     rows = [dict(study=b.study, runs=b.runs, current=b.current, measured=b.measured, matched=b.matched,
-                 guessed=b.guessed, unknown=b.unknown, core_minutes=b.core_minutes(),
+                 declared=b.declared, guessed=b.guessed, unknown=b.unknown, core_minutes=b.core_minutes(),
                  core_minutes_left=b.core_minutes(only_left=True), wall_minutes=b.wall_minutes(workers),
                  wall_minutes_left=b.wall_minutes(workers, only_left=True)) for b in studies]
     total = {k: sum(r[k] for r in rows) for k in rows[0] if k != "study"}
@@ -113,11 +124,12 @@ def budget_table(scale: str, workers: int) -> dict:
 
 def format_budget(table: dict) -> str:
     w = table["workers"]
-    lines = [f"| study | runs | current | timed: own / twin / guess / unknown | core-min | core-min left "
+    lines = [f"| study | runs | current | timed: own / twin / declared / guess / unknown | core-min "
+             f"| core-min left "
              f"| wall at {w} workers | wall left |", "|---|---:|---:|---|---:|---:|---:|---:|"]
     for r in [*table["rows"], dict(study="all (run all)", **table["total"])]:
         lines.append(f"| {r['study']} | {r['runs']} | {r['current']} | {r['measured']} / {r['matched']} / "
-                     f"{r['guessed']} / {r['unknown']} | {r['core_minutes']:.0f} | "
+                     f"{r['declared']} / {r['guessed']} / {r['unknown']} | {r['core_minutes']:.0f} | "
                      f"{r['core_minutes_left']:.0f} "
                      f"| {_hours(r['wall_minutes'])} | {_hours(r['wall_minutes_left'])} |")
     return "\n".join([*lines, "", summary_line(table)])

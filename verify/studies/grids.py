@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -248,10 +249,38 @@ def load_study(name: str, scale: str) -> tuple[str, list[dict[str, list]], str]:
         also = block.get("also") or []
     else:
         where = str(path)
-    if not isinstance(also, list) or not all(isinstance(a, dict) and set(a) == {"parameters"} for a in also):
-        raise UsageError(f"{where}: `also` must be a list of `parameters:` blocks")
+    if not isinstance(also, list) or not all(isinstance(a, dict) and "parameters" in a
+                                             and set(a) <= {"parameters", "seconds"} for a in also):
+        raise UsageError(f"{where}: `also` must be a list of `parameters:` blocks (each with an optional "
+                         "`seconds:`)")
+    for i, a in enumerate(also):
+        _declared(f"{where}, also[{i}]", a)
     extra = [grid | _grid_entries(f"{where}, also[{i}]", a["parameters"], known) for i, a in enumerate(also)]
     return str(study.get("name") or path.stem), [grid, *extra], program
+
+
+def _declared(where: str, block: dict) -> float | None:
+    """An `also:` block's `seconds:`, checked: a positive number, or None where it declares none."""
+    seconds = block.get("seconds")
+    if seconds is None:
+        return None
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not 0 < seconds < math.inf:
+        raise UsageError(f"{where}: `seconds` must be a positive number (a run's estimated time), "
+                         f"got {seconds!r}")
+    return float(seconds)
+
+
+def declared_seconds(name: str, scale: str) -> list[tuple[dict[str, list], float]]:
+    """The run times a study's `also:` blocks at `scale` declare (`seconds:`, measured and stated
+    in the study file, for runs no stored run can time yet: verify.studies.budget): each block's
+    own parameters (name → values) and its seconds a run."""
+    load_study(name, scale)  # checked
+    study = _study_yaml(study_file(name))
+    block = study if scale == "paper" else (study.get("scales") or {}).get(scale) or {}
+    also = block.get("also")
+    known = program_parameters(study.get("program", DEFAULT_PROGRAM))
+    return [(_grid_entries(f"also[{i}]", a["parameters"], known), _declared(f"also[{i}]", a))
+            for i, a in enumerate(also or []) if a.get("seconds") is not None]
 
 
 def _flags(program: str = DEFAULT_PROGRAM) -> dict[str, str]:
