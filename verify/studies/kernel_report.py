@@ -827,10 +827,11 @@ def along_tasks_lines(table: dict) -> list[str]:
 
 
 def _along_tasks_body(table: dict, pct: str) -> list[str]:
-    lines = ["Each seed's ladder doubles the tasks (nested: each rung holds the tasks of the one below) at "
-             "fixed x per task. A limit is settled when its last doubling moved held-out R² by less than "
-             "0.005; otherwise it is the asymptote R∞ of R(n) = R∞ − a·n^(−b) fitted to the rungs, with its "
-             f"{pct} profile-likelihood interval (verify.learning.kernel_ladder).", "",
+    lines = ["Each seed's ladder multiplies the tasks by 2^(1/r) a rung (r rungs a doubling, verify.kernel's "
+             "`--rungs-per-doubling`; nested: each rung holds the tasks of the one below) at fixed x per "
+             "task. A limit is settled when its last doubling (its last r rungs) moved held-out R² by less "
+             "than 0.005; otherwise it is the asymptote R∞ of R(n) = R∞ − a·n^(−b) fitted to every rung, "
+             f"with its {pct} profile-likelihood interval (verify.learning.kernel_ladder).", "",
              "| kernel | encoding | seed | tasks | rows | training supports covered | held-out R² "
              "| in-distribution R² |", "|---|---|---:|---:|---:|---:|---:|---:|"]
     for a in table["along_tasks"]:
