@@ -412,3 +412,12 @@ def test_a_study_lists_a_run_needing_more_memory_than_is_free_and_refuses_it_whe
     with pytest.raises(kernel_vs_sgd.UsageError, match="32,768 rows"):
         kernel_vs_sgd.from_key(run.key(), place)
     assert not (tmp_path / "run").exists()
+
+
+def test_the_benchmarks_ladder_scoring_row_scores_the_same_rungs_both_ways():
+    """verify.bench's ladder row, small: the same R² from one pass as from a pass a rung."""
+    from verify.bench import ladder_scoring
+
+    got = ladder_scoring(top_tasks=16, first_tasks=4, rungs_per_doubling=2, eval_tasks=16)
+    assert got["rungs"] == [4, 6, 8, 11, 16] and got["eval_rows"] == 16 * 16
+    assert got["max_r2_difference"] < 1e-12 and got["seconds_each"] > 0 and got["seconds_together"] > 0
