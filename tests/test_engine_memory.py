@@ -2,6 +2,8 @@
 kernel solves that do not fit together wait for each other, and a request above every node's
 memory runs alone instead of waiting for ever."""
 
+import os
+import signal
 import sqlite3
 import subprocess
 import sys
@@ -72,23 +74,31 @@ parameters:
 
 
 def test_two_runs_that_each_claim_more_than_the_node_run_one_after_the_other_on_two_workers(tmp_path):
-    """Each run claims 10⁶ GiB (the driver's estimate patched): cut to the node's memory, each
+    """Each run claims 1 TiB (the driver's estimate patched): cut to the node's memory, each
     holds all of it, so on 2 workers the two runs do not overlap, and neither waits for ever.
-    Without the request they overlap (both start at once); without the cut they never start
-    (the subprocess's timeout)."""
+    Without the request they overlap (both start at once); without the cut neither starts (Ray
+    holds an infeasible task pending: the subprocess's timeout). A claim so large that Ray's
+    fixed-point resource count overflows (10¹⁵ bytes) would be ignored instead, so 1 TiB."""
     pytest.importorskip("ray")
     (tmp_path / "s.yaml").write_text(STUDY)
     out = tmp_path / "out"
     code = textwrap.dedent(f"""
         from pathlib import Path
         from verify.learning import kernel_vs_sgd
-        kernel_vs_sgd.memory_bytes = lambda config: 10**15
+        kernel_vs_sgd.memory_bytes = lambda config: 2**40
         from verify import study
         s = study.run_study(Path({str(tmp_path / "s.yaml")!r}), "paper", Path({str(out)!r}), engine="ray",
                             workers=2, progress=False)
         assert (s["done"], s["failed"]) == (2, 0), s
     """)
-    subprocess.run([sys.executable, "-c", code], check=True, timeout=240)
+    # Its own process group, so that a run that waits for ever takes its Ray cluster down with it.
+    proc = subprocess.Popen([sys.executable, "-c", code], start_new_session=True)
+    try:
+        assert proc.wait(timeout=180) == 0
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
     with sqlite3.connect(out / "study.sqlite") as c:
         rows = c.execute("SELECT updated, seconds FROM runs").fetchall()
     spans = sorted((end - seconds, end) for end, seconds in rows)
