@@ -120,3 +120,29 @@ def test_a_declared_time_that_is_not_a_positive_number_is_refused_in_one_line(tm
     with pytest.raises(grids.UsageError, match="`seconds` must be a positive number") as e:
         grids.load_study(path, "paper")
     assert "\n" not in str(e.value)
+
+
+def test_runs_that_hold_memory_start_only_where_they_fit_and_the_others_take_the_free_worker():
+    """budget.list_schedule with Ray's memory holds (verify.studies.engines): two runs of 11 GiB
+    on a 15.6 GiB node run one after the other, the small runs beside them."""
+    GiB = 2**30
+    seconds, memory = [10, 10, 1, 1], [11 * GiB, 11 * GiB, 0, 0]
+    assert budget.list_schedule(seconds, 2) == 11  # memory not counted: both big ones at once
+    assert budget.list_schedule(seconds, 2, memory, 15.6 * GiB) == 20
+    assert budget.list_schedule(seconds, 2, memory, 22.5 * GiB) == 11  # room for both
+    assert budget.list_schedule(seconds, 2, [0, 0, 0, 0], 15.6 * GiB) == 11
+    # A hold above the node is cut to it (the engine's cut): it runs, alone but for runs holding nothing.
+    assert budget.list_schedule([5, 5], 2, [100 * GiB, 0], 10 * GiB) == 5
+    assert budget.list_schedule([5, 5], 2, [100 * GiB, 1], 10 * GiB) == 10
+    # The first waiting run that fits takes the worker, not only the next in order.
+    assert budget.list_schedule([4, 4, 1], 2, [8 * GiB, 8 * GiB, 0], 10 * GiB) == 8
+
+
+def test_kernel_vs_sgds_ladders_along_tasks_make_its_wall_time_at_least_their_sum():
+    """On 8 workers the whole grid would take about its core time / 8, but its 6 ladders (11 GiB
+    each) run one at a time on a 15.6 GiB node: the wall time is at least their sum."""
+    b = budget.study_budget("kernel-vs-sgd", "cpu")
+    ladders = [s for s, m in zip(b.seconds, b.memory, strict=True) if m > 10 * 2**30]
+    assert len(ladders) == 6 and all(ladders)
+    node = budget.NODE_MEMORY_GIB * 2**30
+    assert b.wall_minutes(8) * 60 < sum(ladders) <= b.wall_minutes(8, False, node) * 60

@@ -21,9 +21,11 @@ whatever shared the machine then (another study on the second core, say): a budg
 Wall time: `run all` runs the studies one after another, each on W workers that take the
 runs in grid order as they free up (Ray's local scheduling); within a study that is the
 list schedule below, whose length is at least the core time / W and at most that plus the
-longest run. Ray's memory holds (verify.studies.engines) are not modelled: runs that wait for
-each other's memory can take longer (kernel-vs-sgd's 6 ladders along tasks run one at a time,
-≈ 3.2 h, whatever W is).
+longest run. A run that holds memory on Ray (verify.studies.engines: a program's
+`memory_bytes`, kernel-vs-sgd's ladders along tasks) starts only where it fits beside the runs
+in flight, in a node of `--node-memory-gib` (default NODE_MEMORY_GIB, the local Ray cluster of
+the 23 GiB CI machine), and the next run that fits takes the free worker, as Ray's per-class
+queues do: so the 6 ladders run one at a time whatever W is.
 """
 
 from __future__ import annotations
@@ -36,6 +38,10 @@ from verify.studies import behaviour, grids, provenance, staged
 from verify.studies.store import RunStore
 
 SEED_SETTINGS = ("seed", "split_seed")  # a run's random draws: the same work, other numbers
+# The `memory` resource of a local Ray cluster on the 23 GiB CI machine (measured: 16.8e9 bytes,
+# ~70% of the memory available; the rest is Ray's object store). A fixed figure, so that the
+# README's budget does not move with the memory free when it is generated.
+NODE_MEMORY_GIB = 15.6
 
 
 @dataclass(frozen=True)
@@ -49,26 +55,47 @@ class StudyBudget:
     matched: int  # runs timed by their seed twins (or their twins at other steps, scaled)
     guessed: int  # runs timed by the study's mean
     declared: int = 0  # runs timed by the seconds their study file declares
+    memory: tuple[int, ...] = ()  # per run: the bytes it holds on Ray (0: none; empty: none at all)
 
     def core_minutes(self, only_left: bool = False) -> float:
         return sum(s or 0.0 for s, todo in zip(self.seconds, self.left, strict=True)
                    if todo or not only_left) / 60
 
-    def wall_minutes(self, workers: int, only_left: bool = False) -> float:
-        return list_schedule([s or 0.0 for s, todo in zip(self.seconds, self.left, strict=True)
-                              if todo or not only_left], workers) / 60
+    def wall_minutes(self, workers: int, only_left: bool = False, node_memory: float | None = None) -> float:
+        memory = self.memory or (0,) * len(self.seconds)
+        runs = [(s or 0.0, m) for s, m, todo in zip(self.seconds, memory, self.left, strict=True)
+                if todo or not only_left]
+        return list_schedule([s for s, _ in runs], workers, [m for _, m in runs], node_memory) / 60
 
     @property
     def unknown(self) -> int:
         return sum(s is None for s in self.seconds)
 
 
-def list_schedule(seconds: list[float], workers: int) -> float:
-    """The makespan of jobs taken in order, each by the first worker to free up."""
-    free = [0.0] * workers
-    for s in seconds:
-        heapq.heapreplace(free, free[0] + s)
-    return max(free)
+def list_schedule(seconds: list[float], workers: int, memory: list[float] | None = None,
+                  node_memory: float | None = None) -> float:
+    """The makespan of jobs taken in order, each by the first worker to free up; with `memory`
+    (bytes a job holds) and `node_memory`, a free worker takes the first job still waiting that
+    fits beside the jobs in flight (a job's hold cut to node_memory, as the engine cuts it), and
+    waits for a job to end where none fits."""
+    if not memory or node_memory is None or not any(memory):
+        free = [0.0] * workers
+        for s in seconds:
+            heapq.heapreplace(free, free[0] + s)
+        return max(free, default=0.0)
+    hold = [min(m, node_memory) for m in memory]
+    waiting, running, now, end = list(range(len(seconds))), [], 0.0, 0.0
+    while waiting:
+        used = sum(hold[j] for _, j in running)
+        fits = (next((i for i in waiting if used + hold[i] <= node_memory), None)
+                if len(running) < workers else None)
+        if fits is None:  # every worker busy, or nothing fits: the next job in flight ends
+            now, _ = heapq.heappop(running)
+            continue
+        waiting.remove(fits)
+        heapq.heappush(running, (now + seconds[fits], fits))
+        end = max(end, now + seconds[fits])
+    return end
 
 
 def study_budget(name: str, scale: str, out: Path | None = None) -> StudyBudget:
@@ -88,6 +115,7 @@ def study_budget(name: str, scale: str, out: Path | None = None) -> StudyBudget:
     of_grid = [r["seconds"] for r in rows if r["key"] in grid_keys] or [r["seconds"] for r in rows]
     guess = sum(of_grid) / len(of_grid) if of_grid else None
     blocks = grids.declared_seconds(name, scale)
+    from verify.studies.engines import run_memory
     seconds, left, counts = [], [], dict(measured=0, matched=0, declared=0, guessed=0)
     for run in runs:
         stored = by_key.get(run.key)
@@ -108,18 +136,21 @@ def study_budget(name: str, scale: str, out: Path | None = None) -> StudyBudget:
             counts["guessed"] += guess is not None
         left.append(stored is None or judge(stored) != behaviour.CURRENT)
     return StudyBudget(study=name, runs=len(runs), current=len(runs) - sum(left), seconds=tuple(seconds),
-                       left=tuple(left), **counts)
+                       left=tuple(left), memory=tuple(run_memory(run) for run in runs), **counts)
 
 
-def budget_table(scale: str, workers: int) -> dict:
-    """Every study's budget at `scale`, and the totals for `run all` on `workers` workers."""
+def budget_table(scale: str, workers: int, node_memory_gib: float = NODE_MEMORY_GIB) -> dict:
+    """Every study's budget at `scale`, and the totals for `run all` on `workers` workers, each
+    node of `node_memory_gib` GiB of Ray memory."""
     studies = [study_budget(name, scale) for name in grids.study_names()]
+    node = node_memory_gib * 2**30
     rows = [dict(study=b.study, runs=b.runs, current=b.current, measured=b.measured, matched=b.matched,
                  declared=b.declared, guessed=b.guessed, unknown=b.unknown, core_minutes=b.core_minutes(),
-                 core_minutes_left=b.core_minutes(only_left=True), wall_minutes=b.wall_minutes(workers),
-                 wall_minutes_left=b.wall_minutes(workers, only_left=True)) for b in studies]
+                 core_minutes_left=b.core_minutes(only_left=True),
+                 wall_minutes=b.wall_minutes(workers, False, node),
+                 wall_minutes_left=b.wall_minutes(workers, True, node)) for b in studies]
     total = {k: sum(r[k] for r in rows) for k in rows[0] if k != "study"}
-    return dict(scale=scale, workers=workers, rows=rows, total=total)
+    return dict(scale=scale, workers=workers, node_memory_gib=node_memory_gib, rows=rows, total=total)
 
 
 def format_budget(table: dict) -> str:
@@ -141,7 +172,9 @@ def summary_line(table: dict) -> str:
     return (f"{table['scale']} scale: {t['runs']} runs, {t['current']} current; all of it takes "
             f"{_hours(t['wall_minutes'])} wall on {w} workers, what is left {_hours(t['wall_minutes_left'])}"
             + (f"; {t['unknown']} runs have no time to go by (not counted)" if t["unknown"] else "")
-            + " (verify/studies/budget.py: stored run times, measured under whatever shared the machine)")
+            + " (verify/studies/budget.py: stored run times, measured under whatever shared the machine; "
+              f"the runs that hold memory share {table.get('node_memory_gib', NODE_MEMORY_GIB):g} GiB of Ray "
+              "memory)")
 
 
 def _hours(minutes: float) -> str:

@@ -297,6 +297,9 @@ def build_parser() -> cli.Parser:
     b.add_argument("--scale", default="cpu", choices=SCALES, help="the scale (default cpu)")
     b.add_argument("--workers", type=positive_int, default=2,
                    help="runs at once, as `run --workers` (default 2: the CI machine's cores)")
+    b.add_argument("--node-memory-gib", type=positive_float, default=budget.NODE_MEMORY_GIB,
+                   help="Ray's memory a node counts, which runs that hold memory share (kernel-vs-sgd's "
+                        f"ladders; default {budget.NODE_MEMORY_GIB}: the CI machine's local cluster)")
     cli.add_json(b, "the table")
     md = sub.add_parser("readme", help="regenerate the README's result blocks from the committed stores")
     md.add_argument("--file", metavar="README", help="the file whose `<!-- results: NAME -->` blocks to "
@@ -428,7 +431,7 @@ def work(args) -> int:
                                                                           else ""))
         return cli.EXIT_OK
     if args.command == "budget":
-        table = budget.budget_table(args.scale, args.workers)
+        table = budget.budget_table(args.scale, args.workers, args.node_memory_gib)
         cli.emit(cli.to_json(table) if args.json else budget.format_budget(table))
         return cli.EXIT_OK
     if args.command == "run":
