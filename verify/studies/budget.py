@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from verify.studies import behaviour, grids, provenance, staged
+from verify.studies.engines import run_memory
 from verify.studies.store import RunStore
 
 SEED_SETTINGS = ("seed", "split_seed")  # a run's random draws: the same work, other numbers
@@ -115,7 +116,6 @@ def study_budget(name: str, scale: str, out: Path | None = None) -> StudyBudget:
     of_grid = [r["seconds"] for r in rows if r["key"] in grid_keys] or [r["seconds"] for r in rows]
     guess = sum(of_grid) / len(of_grid) if of_grid else None
     blocks = grids.declared_seconds(name, scale)
-    from verify.studies.engines import run_memory
     seconds, left, counts = [], [], dict(measured=0, matched=0, declared=0, guessed=0)
     for run in runs:
         stored = by_key.get(run.key)
