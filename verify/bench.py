@@ -171,7 +171,8 @@ def ladder_scoring(top_tasks: int = 256, first_tasks: int = 32, rungs_per_doubli
     top = dc.replace(kv._kernel_config(run, run.samples_per_task), tasks=run.max_tasks)
     x, y, _ = nested_training_rows(family, split.train, top, run.seed)
     rungs = kv.task_ladder(run)
-    alphas = [fit(dc.replace(top, tasks=t), x[:t * 16], y[:t * 16]).predictor.alpha for t in rungs]
+    per = run.samples_per_task
+    alphas = [fit(dc.replace(top, tasks=t), x[:t * per], y[:t * per]).predictor.alpha for t in rungs]
     start = time.perf_counter()
     alone = [kv._held_out_r2(family, KernelPredictor(top, x[:len(a)], a), sides) for a in alphas]
     mid = time.perf_counter()
