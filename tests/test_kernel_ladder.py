@@ -37,13 +37,18 @@ def _ladder(monkeypatch, *argv):
     run = kernel_vs_sgd.parse_args([*SMALL, *argv])
     family, split = kernel_vs_sgd._family_and_split(run)
     sides = kernel_vs_sgd._sides(run, family, split)
-    given, original = [], kernel_limit.fit
+    given, original, original_nested = [], kernel_limit.fit, kernel_limit.nested_fits
 
     def spy(cfg, x, y):
         given.append((cfg.tasks, x.clone()))
         return original(cfg, x, y)
 
+    def spy_nested(cfg, x, y, tasks):  # each rung is fitted on the first t · samples_per_task rows
+        given.extend((t, x[:t * cfg.samples_per_task].clone()) for t in tasks)
+        return original_nested(cfg, x, y, tasks)
+
     monkeypatch.setattr(kernel_limit, "fit", spy)
+    monkeypatch.setattr(kernel_limit, "nested_fits", spy_nested)
     _, record = kernel_vs_sgd.fit_kernel(run, family, split, sides, False)
     return run, family, split, record, given
 
@@ -174,9 +179,13 @@ def test_the_ladders_rung_r2_are_each_rungs_own_predictors(monkeypatch):
     assert [s["tasks"] for s in rungs] == [2, 3, 4, 6, 8, 11, 16]
     # Its last doubling is 8 → 16 tasks, two rungs back.
     assert record["limit"]["last_change"] == rungs[-1]["held_out_r2"] - rungs[-3]["held_out_r2"]
+    # Every rung is fitted from the top rung's factor (nested_fits), with its one λ: the top's.
+    assert all(s["shared_factor"] and s["jitter_absolute"] == rungs[-1]["jitter_absolute"] for s in rungs)
     for s in rungs:
-        alone = kernel_limit.fit(KernelConfig(tasks=s["tasks"], samples_per_task=3), x[:s["rows"]],
-                                 y[:s["rows"]]).predictor
+        # The rung's own fit at that λ (fit's λ is jitter × the mean diagonal of the K it solves).
+        diagonal = float(kernel_limit.gram_diagonal(KernelConfig(), x[:s["rows"]]).mean())
+        cfg = KernelConfig(tasks=s["tasks"], samples_per_task=3, jitter=s["jitter_absolute"] / diagonal)
+        alone = kernel_limit.fit(cfg, x[:s["rows"]], y[:s["rows"]]).predictor
         assert s["held_out_r2"] == pytest.approx(kernel_vs_sgd._held_out_r2(family, alone, sides), abs=1e-12)
         assert s["in_distribution_r2"] == pytest.approx(
             kernel_vs_sgd._held_out_r2(family, alone, sides, "train"), abs=1e-12)
@@ -421,3 +430,73 @@ def test_the_benchmarks_ladder_scoring_row_scores_the_same_rungs_both_ways():
     got = ladder_scoring(top_tasks=16, first_tasks=4, rungs_per_doubling=2, eval_tasks=16)
     assert got["rungs"] == [4, 6, 8, 11, 16] and got["eval_rows"] == 16 * 16
     assert got["max_r2_difference"] < 1e-12 and got["seconds_each"] > 0 and got["seconds_together"] > 0
+
+
+# ----------------------------------------------------------------------------- nested fits from one factor
+
+
+@pytest.mark.parametrize("n, block", [(23, 5), (20, 5), (4, 8), (1, 3)])
+def test_the_blocked_back_substitution_solves_the_leading_block_and_reads_only_the_upper_triangle(n, block):
+    gen = torch.Generator().manual_seed(n)
+    u = torch.randn(30, 30, generator=gen, dtype=torch.float64)
+    u.diagonal().add_(8.0)
+    w = torch.randn(30, 3, generator=gen, dtype=torch.float64)
+    junk = u.clone()
+    junk.tril_(-1).mul_(1e6)  # what the lower triangle holds is never read
+    alpha = kernel_limit.upper_solve(u.triu() + junk, w, n, block=block)
+    expected = torch.linalg.solve_triangular(u[:n, :n].triu(), w[:n], upper=True)
+    assert alpha.shape == (n, 3)
+    assert torch.allclose(alpha, expected, rtol=1e-12, atol=1e-14)
+
+
+def test_nested_fits_are_each_rungs_own_fit_at_the_top_rungs_lambda_from_one_gram(monkeypatch):
+    cfg = KernelConfig(tasks=10, samples_per_task=4)
+    gen = torch.Generator().manual_seed(1)
+    x = torch.randn(40, 5, generator=gen, dtype=torch.float64)
+    x[:8] *= 3.0  # the lower rungs' rows are longer: their own mean diagonal is not the top's
+    y = torch.randn(40, 2, generator=gen, dtype=torch.float64)
+    grams, original = [], kernel_limit.gram
+    monkeypatch.setattr(kernel_limit, "gram", lambda c, rows: grams.append(len(rows)) or original(c, rows))
+    fits = kernel_limit.nested_fits(cfg, x, y, [2, 5, 10])
+    assert grams == [40]  # one Gram, of the top rung's rows
+    top_lambda = fits[-1].jitter_absolute
+    assert top_lambda == pytest.approx(cfg.jitter * float(kernel_limit.gram_diagonal(cfg, x).mean()), rel=1e-14)
+    for f, tasks in zip(fits, [2, 5, 10], strict=True):
+        n = tasks * 4
+        assert f.jitter_absolute == top_lambda and f.predictor.cfg.tasks == tasks and len(f.predictor.x_train) == n
+        diagonal = float(kernel_limit.gram_diagonal(cfg, x[:n]).mean())
+        alone = original_fit(KernelConfig(tasks=tasks, samples_per_task=4, jitter=top_lambda / diagonal),
+                             x[:n], y[:n])
+        scale = float(alone.predictor.alpha.abs().max())
+        assert torch.allclose(f.predictor.alpha, alone.predictor.alpha, rtol=0, atol=1e-9 * scale)
+        assert f.train_rmse == pytest.approx(alone.train_rmse, rel=1e-6)
+    # The lower rungs' own λ would differ (their rows are longer), so the shared λ is a choice
+    # the ladder states (shared_factor), not a no-op: a rung's fit at its own λ moves its α.
+    own = original_fit(KernelConfig(tasks=2, samples_per_task=4, jitter=1e-3), x[:8], y[:8])
+    shared = kernel_limit.nested_fits(KernelConfig(tasks=10, samples_per_task=4, jitter=1e-3), x, y, [2, 10])[0]
+    assert not torch.allclose(own.predictor.alpha, shared.predictor.alpha, rtol=1e-6)
+
+
+original_fit = kernel_limit.fit
+
+
+@pytest.mark.parametrize("tasks", [[], [5, 2, 10], [2, 5], [0, 10], [2, 2, 10]])
+def test_nested_fits_refuse_rungs_that_do_not_rise_to_the_rows(tasks):
+    x = torch.randn(40, 5, dtype=torch.float64)
+    with pytest.raises(ValueError, match="tasks must increase"):
+        kernel_limit.nested_fits(KernelConfig(tasks=10, samples_per_task=4), x, x[:, :2], tasks)
+
+
+def test_nested_fits_refuse_a_top_rung_that_cg_would_solve():
+    x = torch.randn(40, 5, dtype=torch.float64)
+    with pytest.raises(ValueError, match="cg"):
+        kernel_limit.nested_fits(KernelConfig(tasks=10, samples_per_task=4, solver="cg"), x, x[:, :2], [5, 10])
+
+
+def test_the_benchmarks_ladder_fits_row_fits_the_same_rungs_both_ways():
+    """verify.bench's ladder-fits row, small: the same α from one factor as from a factor a rung."""
+    from verify.bench import ladder_fits
+
+    got = ladder_fits(top_tasks=16, first_tasks=4, rungs_per_doubling=2)
+    assert got["rungs"] == [4, 6, 8, 11, 16] and got["rows"] == 16 * 16
+    assert got["max_alpha_difference"] < 1e-11 and got["seconds_each"] > 0 and got["seconds_shared"] > 0

@@ -57,31 +57,37 @@ def _t(diffs):
 
 def test_the_added_grids_leave_the_main_grids_keys_as_they_were():
     """The cpu scale's main grid is the 90 runs the committed store holds, each still part of
-    the study (none of an earlier grid); the added grids are 6 ladders along tasks (ntk and nngp,
-    identity, to 2,048 tasks), 24 finite-data networks, 40 points of the α axis (8 α × 5 seeds)
-    and the NTK limits of seeds 4 and 5 that the α axis pairs with (main-grid runs of new seeds)."""
+    the study (none of an earlier grid); the added grids are 10 ladders along tasks (ntk and nngp,
+    identity, to 2,048 tasks, seeds 1–5), 40 finite-data networks (seeds 1–5), 40 points of the α
+    axis (8 α × 5 seeds) and the main grid's identity cells at seeds 4 and 5 (issue 45: at least
+    5 seeds a cell; the kernel limits and networks the others pair with)."""
     from verify.studies.store import RunStore
 
     _, runs = grids.expand(STUDY, "cpu")
     kinds = {k: [r for r in runs if kr.kind_of(r.config) == k] for k in kr.KINDS}
-    assert {k: len(v) for k, v in kinds.items()} == dict(main=92, ladder=6, finite=24, alpha=40)
+    assert {k: len(v) for k, v in kinds.items()} == dict(main=110, ladder=10, finite=40, alpha=40)
     _, every_grid, program = grids.load_study(STUDY, "cpu")
     main_grid = every_grid[0]  # the scale's own grid; `also:` adds the others
     alone = {grids.run_of(STUDY, dict(zip(main_grid, v, strict=True)), program).key
              for v in itertools.product(*main_grid.values())}
     added = [r for r in kinds["main"] if r.key not in alone]
-    assert alone < {r.key for r in kinds["main"]} and len(added) == 2
-    assert {(r.config["method"], r.config["encoding"], r.config["seed"]) for r in added} == {
-        ("ntk", "identity", 4), ("ntk", "identity", 5)}
+    assert alone < {r.key for r in kinds["main"]} and len(added) == 20
+    # The kernel limits read no width, so their configurations hold none.
+    assert {(r.config["method"], r.config["encoding"], r.config["seed"], r.config.get("width")) for r in added} == {
+        (m, "identity", s, w) for s in (4, 5) for m, widths in (("ntk", [None]), ("nngp", [None]),
+                                                                 ("trained", [32, 64, 128, 256]),
+                                                                 ("linearised", [32, 64, 128, 256]))
+        for w in widths}
     with RunStore(grids.PACKAGED_RESULTS_DIR / STUDY / "cpu" / "study.sqlite", readonly=True) as store:
         stored = {r["key"] for r in store.rows() if r["status"] == "done"}
     assert stored == alone  # the 90 committed runs are the main grid's, none of an earlier grid
     ladder = kinds["ladder"]
-    assert sorted(r.config["method"] for r in ladder) == ["nngp"] * 3 + ["ntk"] * 3
+    assert sorted(r.config["method"] for r in ladder) == ["nngp"] * 5 + ["ntk"] * 5
     assert {(r.config["encoding"], r.config["tasks"], r.config["max_tasks"], r.config["samples_per_task"])
             for r in ladder} == {("identity", 256, 2048, 16)}
-    assert {r.config["seed"] for r in ladder} == {1, 2, 3}
+    assert {r.config["seed"] for r in ladder} == {1, 2, 3, 4, 5}
     finite = kinds["finite"]
+    assert {r.config["seed"] for r in finite} == {1, 2, 3, 4, 5}
     assert {(r.config["method"], r.config["width"]) for r in finite} == {
         (m, w) for m in ("trained", "linearised") for w in (32, 64, 128, 256)}
     assert {(r.config["tasks"], r.config["encoding"]) for r in finite} == {(256, "identity")}
@@ -96,10 +102,10 @@ def test_the_committed_report_says_the_added_grids_are_planned_and_not_yet_run()
     from verify.studies import staged
 
     _, table = staged.study_table(STUDY, "cpu", grids.stored_out(STUDY, "cpu"))
-    assert table["planned"] == dict(main=2, ladder=6, finite=24, alpha=40)
+    assert table["planned"] == dict(main=20, ladder=10, finite=40, alpha=40)
     text = kr.format_markdown(table)
     command = "(`python -m verify.study run kernel-vs-sgd --scale cpu`)"
-    for n in (6, 24, 40):
+    for n in (10, 40, 40):
         assert f"planned, not yet run: {n} runs {command}" in text
     assert "Feature learning is not claimed needed" in text
     assert "feature learning is needed" not in text.lower()

@@ -183,6 +183,39 @@ def ladder_scoring(top_tasks: int = 256, first_tasks: int = 32, rungs_per_doubli
                 max_r2_difference=float(np.max(np.abs(np.subtract(alone, together)))))
 
 
+def ladder_fits(top_tasks: int = 512, first_tasks: int = 64, rungs_per_doubling: int = 2) -> dict:
+    """A ladder along tasks's fits, on the cpu scale's teacher (as ladder_scoring): each rung a
+    Gram and a Cholesky factor of its own (kernel_limit.fit, as the ladder fitted before) against
+    every rung from the top rung's Gram and factor (kernel_limit.nested_fits): seconds of each,
+    their ratio, and the largest difference in α relative to its largest entry (each rung's own
+    fit at the top rung's λ, so that only the order of the sums differs)."""
+    import dataclasses as dc
+
+    from verify.learning import kernel_vs_sgd as kv
+    from verify.learning.kernel_limit import fit, gram_diagonal, nested_fits, nested_training_rows
+
+    run = kv.KernelRun.build(dict(method="ntk", M=16, K=3, I=4, H=4, O=4, seed=1, tasks=first_tasks,
+                                  max_tasks=top_tasks, rungs_per_doubling=rungs_per_doubling))
+    family, split = kv._family_and_split(run)
+    top = dc.replace(kv._kernel_config(run, run.samples_per_task), tasks=run.max_tasks)
+    x, y, _ = nested_training_rows(family, split.train, top, run.seed)
+    rungs, per = kv.task_ladder(run), run.samples_per_task
+    start = time.perf_counter()
+    shared = nested_fits(top, x, y, rungs)
+    mid = time.perf_counter()
+    lam = shared[-1].jitter_absolute
+    alone = []
+    for t in rungs:
+        rows = x[:t * per]
+        jitter = lam / float(gram_diagonal(top, rows).mean())  # outside the Gram's and the factor's time
+        alone.append(fit(dc.replace(top, tasks=t, jitter=jitter), rows, y[:t * per]))
+    seconds_each = sum(f.seconds_kernel + f.seconds_solve for f in alone)
+    difference = max(float((a.predictor.alpha - b.predictor.alpha).abs().max() / a.predictor.alpha.abs().max())
+                     for a, b in zip(alone, shared, strict=True))
+    return dict(rungs=rungs, rows=top.rows, seconds_each=seconds_each, seconds_shared=mid - start,
+                ratio=seconds_each / (mid - start), max_alpha_difference=difference)
+
+
 def training_speed(widths: list[int], steps: int, repeats: int, family: str | None = None) -> dict:
     """The paper's training step of a family (128 tasks: × 16 samples for the hyperteacher,
     one 8-step episode each for the preference grid) on an MLP of `widths`: seconds a step,
@@ -342,6 +375,12 @@ def _kernel_and_ray_rows(args, progress) -> list[dict]:
                               f"one pass {ls['seconds_together']:.1f} s against a pass a rung "
                               f"{ls['seconds_each']:.1f} s (R² to {ls['max_r2_difference']:.0e})",
                          value=ls["ratio"], unit="×", target=2.0, higher_is_better=True, detail=ls))
+        with cli.phase("a ladder along tasks, fitted rung by rung and from one factor", progress):
+            lf = ladder_fits()
+        rows.append(dict(what=f"ladder fits, {len(lf['rungs'])} rungs to {lf['rows']:,} rows: one factor "
+                              f"{lf['seconds_shared']:.1f} s against a factor a rung {lf['seconds_each']:.1f} s "
+                              f"(α to {lf['max_alpha_difference']:.0e})",
+                         value=lf["ratio"], unit="×", target=1.5, higher_is_better=True, detail=lf))
     try:
         import ray  # noqa: F401
     except ImportError:

@@ -440,29 +440,43 @@ def fit_task_ladder(run: KernelRun, family, split, sides, progress) -> tuple[obj
     profile-likelihood interval). The rungs are scored together, after the last fit
     (kernel_limit.RungPredictor): one pass of K(x*, X) over the top rung's rows scores them all,
     where scoring each rung alone cost the eval rows × its rows again (twice the top rung's Gram
-    at the cpu scale, whose 2 × 16,384 eval rows equal its 32,768 training rows)."""
+    at the cpu scale, whose 2 × 16,384 eval rows equal its 32,768 training rows). Where the top
+    rung is solved by Cholesky, every rung is fitted from its Gram and factor (`shared_factor`,
+    kernel_limit.nested_fits: the top rung's seconds are the Gram's and the factor's, a lower
+    rung's its triangular solve's; one λ, the top's); beyond that, each rung is a fit of its own."""
     import dataclasses as dc
 
     import numpy as np
 
     from verify.learning.kernel_ladder import limit_of
-    from verify.learning.kernel_limit import RungPredictor, fit, nested_training_rows, solve_bytes
+    from verify.learning.kernel_limit import (RungPredictor, chosen_solver, fit, nested_fits,
+                                              nested_training_rows, solve_bytes)
 
     top = dc.replace(_kernel_config(run, run.samples_per_task), tasks=run.max_tasks)
     x_all, y_all, which = nested_training_rows(family, split.train, top, run.seed)
+    rungs = task_ladder(run)
+    nested = chosen_solver(top.solver, top.rows) == "cholesky"
+    if nested:  # every rung from the top rung's Gram and factor (kernel_limit.nested_fits)
+        with cli.phase(f"{run.method} limit: {len(rungs)} rungs from one factor of {top.rows:,} rows",
+                       progress):
+            fits = nested_fits(top, x_all, y_all, rungs)
     steps, alphas, result = [], [], None
-    for tasks in task_ladder(run):
+    for r, tasks in enumerate(rungs):
         cfg = dc.replace(top, tasks=tasks)
         rows = cfg.rows
-        with cli.phase(f"{run.method} limit: {tasks:,} tasks, {rows:,} rows", progress):
-            result = None  # the rung below's K and predictor go before this rung's are made
-            result = fit(cfg, x_all[:rows], y_all[:rows])
+        if nested:
+            result = fits[r]
+        else:
+            with cli.phase(f"{run.method} limit: {tasks:,} tasks, {rows:,} rows", progress):
+                result = None  # the rung below's K and predictor go before this rung's are made
+                result = fit(cfg, x_all[:rows], y_all[:rows])
         alphas.append(result.predictor.alpha)
         steps.append(dict(tasks=tasks, samples_per_task=run.samples_per_task, rows=rows,
                           supports_covered=int(len(np.unique(which[:tasks]))),
                           training_supports=int(len(split.train)), held_out_r2=None,
                           in_distribution_r2=None,
                           solve_bytes=solve_bytes(rows, run.depth, cfg.solver, y_all.shape[1]),
+                          shared_factor=nested,
                           peak_rss_bytes=peak_rss_bytes(), **result.summary()))
     with cli.phase(f"{run.method} limit: {len(steps)} rungs scored", progress):
         every = RungPredictor(top, x_all[:steps[-1]["rows"]], alphas)
