@@ -434,6 +434,8 @@ def test_the_benchmarks_ladder_scoring_row_scores_the_same_rungs_both_ways():
 
 # ----------------------------------------------------------------------------- nested fits from one factor
 
+original_fit = kernel_limit.fit  # the tests below replace kernel_limit.fit's spies, never this
+
 
 @pytest.mark.parametrize("n, block", [(23, 5), (20, 5), (4, 8), (1, 3)])
 def test_the_blocked_back_substitution_solves_the_leading_block_and_reads_only_the_upper_triangle(n, block):
@@ -460,10 +462,12 @@ def test_nested_fits_are_each_rungs_own_fit_at_the_top_rungs_lambda_from_one_gra
     fits = kernel_limit.nested_fits(cfg, x, y, [2, 5, 10])
     assert grams == [40]  # one Gram, of the top rung's rows
     top_lambda = fits[-1].jitter_absolute
-    assert top_lambda == pytest.approx(cfg.jitter * float(kernel_limit.gram_diagonal(cfg, x).mean()), rel=1e-14)
+    diagonal = float(kernel_limit.gram_diagonal(cfg, x).mean())
+    assert top_lambda == pytest.approx(cfg.jitter * diagonal, rel=1e-14)
     for f, tasks in zip(fits, [2, 5, 10], strict=True):
         n = tasks * 4
-        assert f.jitter_absolute == top_lambda and f.predictor.cfg.tasks == tasks and len(f.predictor.x_train) == n
+        assert f.jitter_absolute == top_lambda and f.predictor.cfg.tasks == tasks
+        assert len(f.predictor.x_train) == n
         diagonal = float(kernel_limit.gram_diagonal(cfg, x[:n]).mean())
         alone = original_fit(KernelConfig(tasks=tasks, samples_per_task=4, jitter=top_lambda / diagonal),
                              x[:n], y[:n])
@@ -473,11 +477,9 @@ def test_nested_fits_are_each_rungs_own_fit_at_the_top_rungs_lambda_from_one_gra
     # The lower rungs' own λ would differ (their rows are longer), so the shared λ is a choice
     # the ladder states (shared_factor), not a no-op: a rung's fit at its own λ moves its α.
     own = original_fit(KernelConfig(tasks=2, samples_per_task=4, jitter=1e-3), x[:8], y[:8])
-    shared = kernel_limit.nested_fits(KernelConfig(tasks=10, samples_per_task=4, jitter=1e-3), x, y, [2, 10])[0]
+    wide = KernelConfig(tasks=10, samples_per_task=4, jitter=1e-3)
+    shared = kernel_limit.nested_fits(wide, x, y, [2, 10])[0]
     assert not torch.allclose(own.predictor.alpha, shared.predictor.alpha, rtol=1e-6)
-
-
-original_fit = kernel_limit.fit
 
 
 @pytest.mark.parametrize("tasks", [[], [5, 2, 10], [2, 5], [0, 10], [2, 2, 10]])
@@ -490,7 +492,8 @@ def test_nested_fits_refuse_rungs_that_do_not_rise_to_the_rows(tasks):
 def test_nested_fits_refuse_a_top_rung_that_cg_would_solve():
     x = torch.randn(40, 5, dtype=torch.float64)
     with pytest.raises(ValueError, match="cg"):
-        kernel_limit.nested_fits(KernelConfig(tasks=10, samples_per_task=4, solver="cg"), x, x[:, :2], [5, 10])
+        cfg = KernelConfig(tasks=10, samples_per_task=4, solver="cg")
+        kernel_limit.nested_fits(cfg, x, x[:, :2], [5, 10])
 
 
 def test_the_benchmarks_ladder_fits_row_fits_the_same_rungs_both_ways():

@@ -73,7 +73,9 @@ def test_the_added_grids_leave_the_main_grids_keys_as_they_were():
     added = [r for r in kinds["main"] if r.key not in alone]
     assert alone < {r.key for r in kinds["main"]} and len(added) == 20
     # The kernel limits read no width, so their configurations hold none.
-    assert {(r.config["method"], r.config["encoding"], r.config["seed"], r.config.get("width")) for r in added} == {
+    cells = {(r.config["method"], r.config["encoding"], r.config["seed"], r.config.get("width"))
+             for r in added}
+    assert cells == {
         (m, "identity", s, w) for s in (4, 5) for m, widths in (("ntk", [None]), ("nngp", [None]),
                                                                  ("trained", [32, 64, 128, 256]),
                                                                  ("linearised", [32, 64, 128, 256]))

@@ -210,8 +210,8 @@ def ladder_fits(top_tasks: int = 512, first_tasks: int = 64, rungs_per_doubling:
         jitter = lam / float(gram_diagonal(top, rows).mean())  # outside the Gram's and the factor's time
         alone.append(fit(dc.replace(top, tasks=t, jitter=jitter), rows, y[:t * per]))
     seconds_each = sum(f.seconds_kernel + f.seconds_solve for f in alone)
-    difference = max(float((a.predictor.alpha - b.predictor.alpha).abs().max() / a.predictor.alpha.abs().max())
-                     for a, b in zip(alone, shared, strict=True))
+    difference = max(float((a.predictor.alpha - b.predictor.alpha).abs().max()
+                           / a.predictor.alpha.abs().max()) for a, b in zip(alone, shared, strict=True))
     return dict(rungs=rungs, rows=top.rows, seconds_each=seconds_each, seconds_shared=mid - start,
                 ratio=seconds_each / (mid - start), max_alpha_difference=difference)
 
@@ -378,7 +378,8 @@ def _kernel_and_ray_rows(args, progress) -> list[dict]:
         with cli.phase("a ladder along tasks, fitted rung by rung and from one factor", progress):
             lf = ladder_fits()
         rows.append(dict(what=f"ladder fits, {len(lf['rungs'])} rungs to {lf['rows']:,} rows: one factor "
-                              f"{lf['seconds_shared']:.1f} s against a factor a rung {lf['seconds_each']:.1f} s "
+                              f"{lf['seconds_shared']:.1f} s against a factor a rung "
+                              f"{lf['seconds_each']:.1f} s "
                               f"(α to {lf['max_alpha_difference']:.0e})",
                          value=lf["ratio"], unit="×", target=1.5, higher_is_better=True, detail=lf))
     try:

@@ -321,8 +321,8 @@ def nested_fits(cfg: KernelConfig, x: torch.Tensor, y: torch.Tensor, tasks: list
         raise ValueError(f"tasks must increase from ≥ 1 to len(x) / samples_per_task = "
                          f"{len(x) / cfg.samples_per_task:g}, got {tasks!r}")
     cfgs = [dataclasses_replace(cfg, tasks=t) for t in tasks]
-    if chosen_solver(cfg.solver, len(x)) != "cholesky":
-        raise ValueError(f"nested fits factor K densely: {len(x):,} rows take {chosen_solver(cfg.solver, len(x))}")
+    if (solver := chosen_solver(cfg.solver, len(x))) != "cholesky":
+        raise ValueError(f"nested fits factor K densely: {len(x):,} rows take {solver}")
     x, y = x.to(torch.float64), y.to(torch.float64)
     start = time.perf_counter()
     k = gram(cfg, x)

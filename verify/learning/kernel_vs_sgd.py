@@ -449,8 +449,14 @@ def fit_task_ladder(run: KernelRun, family, split, sides, progress) -> tuple[obj
     import numpy as np
 
     from verify.learning.kernel_ladder import limit_of
-    from verify.learning.kernel_limit import (RungPredictor, chosen_solver, fit, nested_fits,
-                                              nested_training_rows, solve_bytes)
+    from verify.learning.kernel_limit import (
+        RungPredictor,
+        chosen_solver,
+        fit,
+        nested_fits,
+        nested_training_rows,
+        solve_bytes,
+    )
 
     top = dc.replace(_kernel_config(run, run.samples_per_task), tasks=run.max_tasks)
     x_all, y_all, which = nested_training_rows(family, split.train, top, run.seed)
