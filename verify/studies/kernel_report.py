@@ -1026,6 +1026,7 @@ def compact_added(table: dict) -> list[str]:
                                      f"**{w['minus_limit']['verdict']}**, − upper end "
                                      f"**{w['minus_upper']['verdict']}**"
                                      for w in g["widths"]))
+        lines += _rest(table, "ladder", "The kernel limit along tasks")
     else:
         lines.append(f"- The kernel limit along tasks: {_absent(table, 'ladder', 'ladders along tasks')}.")
     if table["equal_data"]:
@@ -1035,6 +1036,7 @@ def compact_added(table: dict) -> list[str]:
                              "per width, Holm over widths: " + ", ".join(
                                  f"×{w['width']} {_mean(w['minus_ntk'])}{_p(w['minus_ntk'])} "
                                  f"**{w['minus_ntk']['verdict']}**" for w in m["widths"]))
+        lines += _rest(table, "finite", "Trained − kernel at equal data")
     else:
         lines.append(f"- Trained − kernel at equal data: {_absent(table, 'finite', 'finite-data networks')}.")
     if table["lazy_rich"]:
@@ -1047,9 +1049,16 @@ def compact_added(table: dict) -> list[str]:
                          + "; the NTK limit's additivity "
                          f"{_g(g['references']['ntk']['additivity'])}, the linearised "
                          f"×{g['width']}'s {_g(g['references']['linearised']['additivity'])}")
+        lines += _rest(table, "alpha", "The lazy-to-rich axis")
     else:
         lines.append(f"- The lazy-to-rich axis: {_absent(table, 'alpha', 'runs along α')}.")
     return lines
+
+
+def _rest(table: dict, kind: str, what: str) -> list[str]:
+    """A section with some of its runs: the line saying how many more are planned, if any."""
+    more = planned_text(table, kind)
+    return [f"- {what}, the rest: {more}."] if more else []
 
 
 def _g(d: dict) -> str:
