@@ -12,8 +12,7 @@ encoding (log axes): near 0 is the lazy regime;
 then the kernel limit along tasks (issue 45): held-out R² against training tasks, one line per
 kernel and seed (the study's `--max-tasks` ladders), the limit across seeds as a band (the settled
 values' t interval, or the extrapolated asymptote's interval; the legend says which), and the
-networks trained on the kernel's own rows (`--data finite`) as points at their tasks (side by side),
-with the widest online network's held-out R² as a dashed line (it sees fresh tasks: no point here);
+networks trained on the kernel's own rows (`--data finite`) as points at their tasks;
 (last panel) the lazy-to-rich axis: held-out R² and the additivity score (held-out supports)
 against α (log x), mean over seeds with 95% bars, beside the NTK limit's held-out R² and
 additivity as horizontal lines.
@@ -198,7 +197,7 @@ def _planned(axis, meta: dict, kind: str, what: str) -> bool:
 def _draw_tasks(axis, rows: list[dict], meta: dict, letter: str) -> None:
     """Held-out R² against training tasks: a line per kernel and seed, the limit across seeds as a
     band (settled: the t interval; extrapolated: the asymptote's interval), finite-data networks
-    as points with their bars, and the widest online network as a line."""
+    as points with their bars."""
     title = f"({letter}) the kernel limit along tasks"
     pts = [r for r in rows if r["panel"] == "tasks"]
     ladders = sorted({r["series"] for r in pts if " seed " in r["series"]})
@@ -217,31 +216,14 @@ def _draw_tasks(axis, rows: list[dict], meta: dict, letter: str) -> None:
                 axis.fill_between([min(xs), max(xs)], *lim["interval"], color=colour, alpha=0.12,
                                   label=f"{method.upper()} limit, {lim['kind']}: "
                                         f"[{lim['interval'][0]:.3f}, {lim['interval'][1]:.3f}]")
-    # Finite-data networks: the colour of their method in panels (a)–(c), a marker a width, and
-    # side by side around their tasks (all fit the same rows), so that no point hides another.
-    finite = [r for r in pts if r["series"].endswith("(finite)")]
-
-    def width_of(r):
-        return int(r["series"].split("×")[1].split()[0])
-
-    widths = sorted({width_of(r) for r in finite})
-    colours = dict(zip(NETWORKS, COLOURS, strict=False))
-    for r in sorted(finite, key=lambda r: (r["method"] != "trained", width_of(r))):
-        method, width = r["method"], width_of(r)
-        k = widths.index(width)
-        x = r["x"] * 2 ** (0.07 * (k - (len(widths) - 1) / 2) + (0.02 if method == "linearised" else -0.02))
-        bar = None if r["lo"] is None else [[r["y"] - r["lo"]], [r["hi"] - r["y"]]]
-        axis.errorbar([x], [r["y"]], yerr=bar, color=colours[method], marker=MARKERS[k % len(MARKERS)], ms=5,
-                      ls="none", lw=1, label=f"{method} ×{width}, its rows")
-    # The online network of the ladders' encoding, widest: fresh tasks every step, so no point on
-    # this axis; a line at its held-out R², to read the kernel's approach against.
-    encodings = {r["encoding"] for r in pts if " seed " in r["series"]}
-    online = [r for r in rows if r.get("series") == "trained" and r["encoding"] in encodings
-              and len(r["panel"]) == 1]  # an encoding's panel (a), (b), …
-    if online:
-        widest = max(online, key=lambda r: r["x"])
-        axis.axhline(widest["y"], color=colours["trained"], ls="--", lw=1.1,
-                     label=f"trained ×{widest['x']} online (fresh tasks)")
+    finite = sorted({r["series"] for r in pts if r["series"].endswith("(finite)")})
+    for i, series in enumerate(finite):
+        colour = COLOURS[i % len(COLOURS)]
+        plot_series(axis, rows, series, "tasks", color=colour, ls="none", marker=MARKERS[i % len(MARKERS)],
+                    ms=5, label=series)
+        (r,) = select(rows, series, "tasks")
+        if r["lo"] is not None:
+            axis.vlines([r["x"]], [r["lo"]], [r["hi"]], color=colour, lw=1)
     axis.set(xscale="log", xlabel="training tasks the kernel fits (16 x a task)", ylabel="held-out R²",
              title=_title(title, meta))
     low = min(r["lo"] if r["lo"] is not None else r["y"] for r in pts)

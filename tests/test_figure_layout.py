@@ -133,23 +133,6 @@ def test_figure_13_has_at_most_two_panels_a_row():
     assert fig.get_size_inches()[0] <= 11.0
 
 
-
-def test_figure_13s_networks_on_the_kernels_rows_stand_side_by_side_beside_the_online_line():
-    """Panel (e): every finite-data network fits the same rows (one x), so each is drawn at its own
-    offset around it (none hides another), in its method's colour; the widest online network's
-    held-out R² is a labelled line (it sees fresh tasks, so no x on this axis)."""
-    rows, _ = common.load_data(COMMITTED, "fig13_kernel")
-    finite = [r for r in rows if r["panel"] == "tasks" and str(r["series"]).endswith("(finite)")]
-    if not finite:
-        pytest.skip("the committed data has no finite-data network yet")
-    fig = redrawn("fig13_kernel")
-    tasks = next(a for a in fig.axes if "along tasks" in a.get_title())
-    labels = tasks.get_legend_handles_labels()[1]
-    xs = [float(x) for line in tasks.lines if line.get_linestyle() == "None" for x in line.get_xdata()]
-    assert len(xs) == len(set(xs)) == len(finite)
-    assert any(x.startswith("trained ×") and x.endswith("online (fresh tasks)") for x in labels)
-
-
 # ------------------------------------------------------------------ captions
 
 
