@@ -36,7 +36,7 @@ def wandb_history(run_dir: Path) -> tuple[dict, list[dict]]:
 
     data = next(run_dir.glob("run-*.wandb")).read_bytes()
     assert data[:4] == b":W&B"
-    pos, pending, run, history = 7, b"", {}, []
+    pos, pending, run, history, which = 7, b"", {}, [], None
     while pos + 7 <= len(data):
         if 32768 - pos % 32768 < 7:  # a block's tail too short for a header is padding
             pos += 32768 - pos % 32768
@@ -56,6 +56,7 @@ def wandb_history(run_dir: Path) -> tuple[dict, list[dict]]:
             elif which == "history":
                 history.append({item.key or "/".join(item.nested_key): json.loads(item.value_json)
                                 for item in record.history.item})
+    assert which == "exit", f"the run's record log ends at a {which!r} record, not its exit: not closed"
     return run, history
 
 
@@ -108,6 +109,13 @@ def test_an_offline_wandb_run_holds_the_curve_the_scores_and_the_configuration(o
     argv = [*TINY, "--log", "wandb", "--log-group", "a-study", "--log-name", "key123", "--json"]
     assert sgd.main(argv) == 0
     report = json.loads(capsys.readouterr().out)
+    # run.finish() returns before the wandb service has closed the run's record log, whose
+    # writer holds a 32 KiB block until it closes: read at once, the file can be its 7-byte
+    # header alone (CI at c94c7c8: KeyError 'config'). Shutting the service down closes it,
+    # as a user's process does at exit.
+    import wandb
+
+    wandb.teardown()
     run_dir, = offline_wandb.glob("offline-run-*")
     run, history = wandb_history(run_dir)
     config = run.pop("config")
