@@ -104,9 +104,34 @@ def test_the_ntk_parametrization_kernel_matches_ntk_parametrized_networks():
     mean = torch.stack([empirical(4096, 2, s, X, "ntk")[0] for s in range(4)]).mean(0)
     assert relative(mean, limit) < 0.03
     first_layer = limit - K.ntk(X, depth=2)  # σ_b = 0: K^1 × σ_w² Σ̇^1 × σ_w² Σ̇^2
-    layers = K._layers(X, X, 2, 1.0, 0.0)
-    np.testing.assert_allclose(first_layer.numpy(), (layers[0][0] * layers[0][2] * layers[1][2]).numpy(),
-                               rtol=1e-12, atol=1e-14)
+    share = [k * d1 * d2 for (k, _, d1), (_, _, d2) in
+             [K._layers(X, X, 2, 1.0, 0.0), K._layers(X, None, 2, 1.0, 0.0)]]  # (X, X), its diagonal
+    share[0].diagonal().copy_(share[1])  # K(X, X)'s diagonal is the closed form (K._layers)
+    np.testing.assert_allclose(first_layer.numpy(), share[0].numpy(), rtol=1e-12, atol=1e-14)
+
+
+@pytest.mark.parametrize("kernel", ["ntk", "nngp"])
+@pytest.mark.parametrize("sigma_b2", [0.0, 0.5])
+def test_the_closed_form_diagonal_is_the_arc_cosine_form_at_theta_0(kernel, sigma_b2, monkeypatch):
+    """K(x, x) in closed form (Σ^l = K^l/2, Σ̇^l = 1/2) against the arc-cosine form through
+    x @ xᵀ, whose arccos turns an inner product's rounding δ ≤ n0·u into θ ≤ √(2 n0 u) ≈ 3e-8
+    (n0 = 20), a relative θ/π a layer: within 1e-7 × depth. A wrong Σ (K/4) or, for the NTK,
+    a wrong Σ̇ (1/4, its value at K = 0) is off by O(1) (caught). The Gram's diagonal is the
+    closed form's, to the bit."""
+    x, depth = student_inputs(50), 4
+    f = getattr(K, kernel)
+    through_arccos = f(x, x.clone(), depth=depth, sigma_b2=sigma_b2).diagonal()
+    closed = f(x, depth=depth, sigma_b2=sigma_b2, diagonal=True)
+    torch.testing.assert_close(closed, through_arccos, rtol=1e-7 * depth, atol=0)
+    assert torch.equal(f(x, depth=depth, sigma_b2=sigma_b2).diagonal(), closed)
+    with pytest.raises(ValueError, match="give no y"):
+        f(x, x, depth=depth, diagonal=True)
+    real = K._layers
+    for sigma, derivative in [(0.25, 0.5)] + ([(0.5, 0.25)] if kernel == "ntk" else []):
+        monkeypatch.setattr(K, "_layers", lambda a, b, *args, s=sigma, d=derivative: (
+            real(a, b, *args) if b is not None
+            else [(k, s * k, torch.full_like(k, d)) for k, _, _ in real(a, b, *args)]))
+        assert not torch.allclose(f(x, depth=depth, sigma_b2=sigma_b2, diagonal=True), closed, rtol=1e-3)
 
 
 def test_with_a_bias_variance_both_limits_match_networks_whose_biases_start_at_it():

@@ -124,6 +124,22 @@ class KernelConfig:
         return self.sigma_w2 * kernels.nngp(x, y, depth=self.depth, sigma_w2=self.sigma_w2,
                                             sigma_b2=self.sigma_b2) + self.sigma_b2
 
+    def diagonal_of(self, x: torch.Tensor) -> torch.Tensor:
+        """K(x, x) for each row of x (n,), in closed form (kernels._layers): the diagonal that
+        gram, gram_diagonal and gram_product all write, so the three agree to the bit."""
+        if self.kernel == "ntk":
+            return kernels.ntk(x, depth=self.depth, parametrization=self.parametrization,
+                               sigma_w2=self.sigma_w2, sigma_b2=self.sigma_b2, diagonal=True)
+        return self.sigma_w2 * kernels.nngp(x, depth=self.depth, sigma_w2=self.sigma_w2,
+                                            sigma_b2=self.sigma_b2, diagonal=True) + self.sigma_b2
+
+    def block_of(self, x: torch.Tensor, first: int, stop: int) -> torch.Tensor:
+        """K(X[first:stop], X[first:]), the Gram's block row from its diagonal on, with the
+        diagonal in closed form (diagonal_of)."""
+        block = self.kernel_of(x[first:stop], x[first:])
+        block.diagonal().copy_(self.diagonal_of(x[first:stop]))
+        return block
+
 
 def chosen_solver(solver: str, rows: int) -> str:
     """The solver a fit of `rows` rows runs: `solver`, or for `auto` cholesky while K fits
@@ -153,7 +169,7 @@ def gram(cfg: KernelConfig, x: torch.Tensor) -> torch.Tensor:
     out = torch.empty(n, n, dtype=torch.float64)
     for start in range(0, n, BLOCK_ROWS):
         stop = min(start + BLOCK_ROWS, n)
-        out[start:stop, start:] = cfg.kernel_of(x[start:stop], x[start:])
+        out[start:stop, start:] = cfg.block_of(x, start, stop)
         out[stop:, start:stop] = out[start:stop, stop:].T
     return out
 
@@ -270,6 +286,32 @@ class NotPositiveDefinite(ValueError):
     """K(X, X) + λI has no Cholesky factor at this jitter (duplicate rows, or λ too small)."""
 
 
+def factored_gram(cfg: KernelConfig, x: torch.Tensor) -> tuple[torch.Tensor, float, float]:
+    """(F, λ, the time the Gram was built): K(X, X) + λI factored by Cholesky in place, with
+    λ = cfg.jitter × mean diag K. F is one n × n float64 array: its transpose, Fortran-ordered,
+    holds the factor L in its lower triangle (so F's upper triangle is Lᵀ). NotPositiveDefinite
+    where it has none."""
+    import scipy.linalg
+
+    k = gram(cfg, x)
+    built = time.perf_counter()
+    jitter = cfg.jitter * float(k.diagonal().mean())
+    k.diagonal().add_(jitter)
+    # K is symmetric, so its transpose is a Fortran-ordered view of the same memory, which
+    # LAPACK factors in place; scipy copies a C-ordered array first (two n × n arrays at the
+    # peak, where solve_bytes counts one). The factor overwrites K.
+    k_f = k.numpy().T
+    with blas_threads(torch.get_num_threads(), len(x)):
+        try:
+            factor, _ = scipy.linalg.cho_factor(k_f, lower=True, overwrite_a=True, check_finite=False)
+        except np.linalg.LinAlgError as e:
+            raise NotPositiveDefinite(f"K(X, X) + λI is not positive definite at jitter {cfg.jitter:g} "
+                                      f"(λ = {jitter:.3g}): {e}; raise the jitter") from None
+    if not np.may_share_memory(factor, k_f):  # a scipy that copied after all: F must hold L
+        k_f[...] = factor
+    return k, jitter, built
+
+
 def fit(cfg: KernelConfig, x: torch.Tensor, y: torch.Tensor) -> Fit:
     """Kernel regression of y (n, O) on rows x (n, d): α = (K(X, X) + λI)⁻¹ Y by Cholesky, or
     by conjugate gradients where cfg.solver (chosen_solver) says so."""
@@ -279,22 +321,10 @@ def fit(cfg: KernelConfig, x: torch.Tensor, y: torch.Tensor) -> Fit:
     if chosen_solver(cfg.solver, len(x)) == "cg":
         return cg_fit(cfg, x, y)
     start = time.perf_counter()
-    k = gram(cfg, x)
-    built = time.perf_counter()
-    jitter = cfg.jitter * float(k.diagonal().mean())
-    k.diagonal().add_(jitter)
-    # K is symmetric, so its transpose is a Fortran-ordered view of the same memory, which
-    # LAPACK factors in place; scipy copies a C-ordered array first (two n × n arrays at the
-    # peak, where solve_bytes counts one). The factor overwrites K.
-    k_np = k.numpy().T
+    k, jitter, built = factored_gram(cfg, x)
     with blas_threads(torch.get_num_threads(), len(x)):
-        try:
-            factor = scipy.linalg.cho_factor(k_np, lower=True, overwrite_a=True, check_finite=False)
-        except np.linalg.LinAlgError as e:
-            raise NotPositiveDefinite(f"K(X, X) + λI is not positive definite at jitter {cfg.jitter:g} "
-                                      f"(λ = {jitter:.3g}): {e}; raise the jitter") from None
-        alpha = torch.from_numpy(scipy.linalg.cho_solve(factor, y.numpy(), check_finite=False))
-    del k, k_np, factor
+        alpha = torch.from_numpy(scipy.linalg.cho_solve((k.numpy().T, True), y.numpy(), check_finite=False))
+    del k
     solved = time.perf_counter()
     # (K + λI) α = Y, so the fit's residual on its own rows is Y − Kα = λα: no second Gram.
     train_rmse = float((jitter * alpha).pow(2).mean().sqrt())
@@ -325,21 +355,13 @@ def nested_fits(cfg: KernelConfig, x: torch.Tensor, y: torch.Tensor, tasks: list
         raise ValueError(f"nested fits factor K densely: {len(x):,} rows take {solver}")
     x, y = x.to(torch.float64), y.to(torch.float64)
     start = time.perf_counter()
-    k = gram(cfg, x)
-    built = time.perf_counter()
-    jitter = cfg.jitter * float(k.diagonal().mean())
-    k.diagonal().add_(jitter)
-    k_np = k.numpy().T  # Fortran-ordered: factored in place (fit's comment)
+    k, jitter, built = factored_gram(cfg, x)
     with blas_threads(torch.get_num_threads(), len(x)):
-        try:
-            scipy.linalg.cho_factor(k_np, lower=True, overwrite_a=True, check_finite=False)
-        except np.linalg.LinAlgError as e:
-            raise NotPositiveDefinite(f"K(X, X) + λI is not positive definite at jitter {cfg.jitter:g} "
-                                      f"(λ = {jitter:.3g}): {e}; raise the jitter") from None
-        w = torch.from_numpy(scipy.linalg.solve_triangular(k_np, y.numpy(), lower=True, check_finite=False))
+        w = torch.from_numpy(scipy.linalg.solve_triangular(k.numpy().T, y.numpy(), lower=True,
+                                                           check_finite=False))
     factored = time.perf_counter()
     fits = []
-    for rung in cfgs:  # k's upper triangle is Lᵀ (k is k_np's C-ordered transpose)
+    for rung in cfgs:  # k's upper triangle is Lᵀ (factored_gram)
         begun = time.perf_counter()
         alpha = upper_solve(k, w, rung.rows)
         took = time.perf_counter() - begun
@@ -364,8 +386,7 @@ def upper_solve(u: torch.Tensor, w: torch.Tensor, n: int, block: int = BLOCK_ROW
 
 def gram_diagonal(cfg: KernelConfig, x: torch.Tensor) -> torch.Tensor:
     """diag K(X, X) (n,), from the diagonal blocks K(X_b, X_b) (BLOCK_ROWS rows each)."""
-    return torch.cat([cfg.kernel_of(x[s:s + BLOCK_ROWS], x[s:s + BLOCK_ROWS]).diagonal()
-                      for s in range(0, len(x), BLOCK_ROWS)])
+    return torch.cat([cfg.diagonal_of(x[s:s + BLOCK_ROWS]) for s in range(0, len(x), BLOCK_ROWS)])
 
 
 def gram_product(cfg: KernelConfig, x: torch.Tensor, p: torch.Tensor, jitter: float) -> torch.Tensor:
@@ -377,7 +398,7 @@ def gram_product(cfg: KernelConfig, x: torch.Tensor, p: torch.Tensor, jitter: fl
     out = jitter * p
     for start in range(0, n, BLOCK_ROWS):
         stop = min(start + BLOCK_ROWS, n)
-        block = cfg.kernel_of(x[start:stop], x[start:])
+        block = cfg.block_of(x, start, stop)
         out[start:stop] += block @ p[start:]
         out[stop:] += block[:, stop - start:].T @ p[start:stop]
     return out

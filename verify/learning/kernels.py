@@ -61,9 +61,9 @@ PARAMETRIZATIONS = ("standard", "ntk")
 def _relu_expectations(k12: torch.Tensor, k11: torch.Tensor,
                        k22: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(E[φ(u)φ(v)], E[φ'(u)φ'(v)]) for ReLU φ and (u, v) ~ N(0, [[k11, k12], [k12, k22]]),
-    elementwise (k11 broadcast over rows, k22 over columns): Cho and Saul's arc-cosine kernels
-    of degree 1 and 0."""
-    norm = torch.sqrt(k11[:, None] * k22[None, :])
+    elementwise (k11, k22 broadcast to k12's shape): Cho and Saul's arc-cosine kernels of
+    degree 1 and 0."""
+    norm = torch.sqrt(k11 * k22)
     cos = torch.clamp(k12 / torch.where(norm > 0, norm, 1.0), -1.0, 1.0)
     theta = torch.arccos(cos)
     value = norm * (torch.sin(theta) + (math.pi - theta) * cos) / (2 * math.pi)
@@ -71,16 +71,28 @@ def _relu_expectations(k12: torch.Tensor, k11: torch.Tensor,
     return value, derivative
 
 
-def _layers(x: torch.Tensor, y: torch.Tensor, depth: int, sigma_w2: float, sigma_b2: float):
-    """Per hidden layer l = 1..depth: (K^l(X, Y), Σ^l(X, Y), Σ̇^l(X, Y)); and K^1's inputs."""
-    x, y = x.to(torch.float64), y.to(torch.float64)
+def _layers(x: torch.Tensor, y: torch.Tensor | None, depth: int, sigma_w2: float, sigma_b2: float):
+    """Per hidden layer l = 1..depth: (K^l(X, Y), Σ^l(X, Y), Σ̇^l(X, Y)); and K^1's inputs.
+    y None: the diagonal, each row with itself (n,), in closed form at θ = 0: Σ^l = K^l / 2,
+    Σ̇^l = 1/2. Through x @ xᵀ it is not exact: arccos near 1 turns an inner product's last-bit
+    rounding δ into θ ≈ √(2δ), a relative 1e-8 of the kernel, and BLAS kernels of different
+    block shapes round it differently (seen: gram's diagonal against gram_diagonal's)."""
+    x = x.to(torch.float64)
     n0 = x.shape[1]
-    k = sigma_w2 * (x @ y.T) / n0 + sigma_b2
     kx = sigma_w2 * (x * x).sum(1) / n0 + sigma_b2  # the diagonals K^l(x, x), K^l(y, y)
+    if y is None:
+        out = []
+        for _ in range(depth):
+            # E[φ(u)²] = K/2, E[φ'(u)²] = 1/2 (1/4 at K = 0, as the arc-cosine form reads it there)
+            out.append((kx, kx / 2, torch.where(kx > 0, 0.5, 0.25).to(torch.float64)))
+            kx = sigma_w2 * kx / 2 + sigma_b2
+        return out
+    y = y.to(torch.float64)
+    k = sigma_w2 * (x @ y.T) / n0 + sigma_b2
     ky = sigma_w2 * (y * y).sum(1) / n0 + sigma_b2
     out = []
     for _ in range(depth):
-        value, derivative = _relu_expectations(k, kx, ky)
+        value, derivative = _relu_expectations(k, kx[:, None], ky[None, :])
         out.append((k, value, derivative))
         k = sigma_w2 * value + sigma_b2
         kx, ky = sigma_w2 * kx / 2 + sigma_b2, sigma_w2 * ky / 2 + sigma_b2  # E[φ(u)²] = K/2 for ReLU
@@ -95,22 +107,41 @@ def _check(depth: int, sigma_w2: float, sigma_b2: float) -> None:
 
 
 def nngp(x: torch.Tensor, y: torch.Tensor | None = None, *, depth: int, sigma_w2: float = 1.0,
-         sigma_b2: float = 0.0) -> torch.Tensor:
+         sigma_b2: float = 0.0, diagonal: bool = False) -> torch.Tensor:
     """Σ^L(X, Y): the infinite-width limit of the last hidden layer's Gram a^L(x)·a^L(y) / n_L
-    (the output's NNGP is σ_w² times it, plus σ_b²)."""
+    (the output's NNGP is σ_w² times it, plus σ_b²). y None: Σ^L(X, X), its diagonal in closed
+    form; diagonal: that diagonal alone (n,)."""
     _check(depth, sigma_w2, sigma_b2)
-    y = x if y is None else y
-    return _layers(x, y, depth, sigma_w2, sigma_b2)[-1][1]
+    return _gram_or_cross(lambda a, b: _layers(a, b, depth, sigma_w2, sigma_b2)[-1][1], x, y, diagonal)
+
+
+def _gram_or_cross(kernel, x: torch.Tensor, y: torch.Tensor | None, diagonal: bool) -> torch.Tensor:
+    """kernel(x, y) (b None: each row of x with itself, in closed form): K(X, Y); for y None,
+    K(X, X) with the closed-form diagonal (_layers says why); with diagonal, that alone."""
+    if diagonal:
+        if y is not None:
+            raise ValueError("diagonal=True is the kernel of each row of x with itself: give no y")
+        return kernel(x, None)
+    if y is not None:
+        return kernel(x, y)
+    out = kernel(x, x)
+    out.diagonal().copy_(kernel(x, None))
+    return out
 
 
 def ntk(x: torch.Tensor, y: torch.Tensor | None = None, *, depth: int, parametrization: str = "standard",
-        sigma_w2: float = 1.0, sigma_b2: float = 0.0) -> torch.Tensor:
+        sigma_w2: float = 1.0, sigma_b2: float = 0.0, diagonal: bool = False) -> torch.Tensor:
     """The infinite-width NTK of the scalar output, Θ(X, Y): in NTK parametrization Jacot's
-    limit; in standard parametrization the limit of Θ_SP / n (module docstring)."""
+    limit; in standard parametrization the limit of Θ_SP / n (module docstring). y None:
+    Θ(X, X), its diagonal in closed form; diagonal: that diagonal alone (n,)."""
     _check(depth, sigma_w2, sigma_b2)
     if parametrization not in PARAMETRIZATIONS:
         raise ValueError(f"parametrization must be one of {PARAMETRIZATIONS}, got {parametrization!r}")
-    y = x if y is None else y
+    return _gram_or_cross(lambda a, b: _ntk(a, b, depth, parametrization, sigma_w2, sigma_b2), x, y, diagonal)
+
+
+def _ntk(x: torch.Tensor, y: torch.Tensor | None, depth: int, parametrization: str, sigma_w2: float,
+         sigma_b2: float) -> torch.Tensor:
     layers = _layers(x, y, depth, sigma_w2, sigma_b2)
     if parametrization == "ntk":
         theta = layers[0][0]  # Θ^1 = K^1
