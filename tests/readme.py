@@ -10,7 +10,7 @@ a fenced block (GitHub shows none) says what the block is:
 
     <!-- commands: MODE, MODE, ... -->
         a bash block: one MODE for each `python -m` command in it, in order;
-    <!-- output: SOURCE | rel R [| abs A] [| integers rel] [| test MODE] -->
+    <!-- output: SOURCE | rel R [| abs A] [| integers rel] [| machine COL, ...] [| test MODE] -->
     <!-- output: SOURCE | timings [| test MODE] -->
         an output block (a fenced block, or the Markdown table on the lines right below the
         marker, whose rows are the block's lines): what SOURCE prints, its numbers within R
@@ -36,7 +36,10 @@ with a decimal point or exponent, which allows the rounding to the printed digit
 is a count and must be equal, unless the marker says `integers rel` (a trained network's
 error ratio, printed as an integer: held to R like the rest). Times and memory (a number followed
 by s, min, h, GiB or MiB) are not compared: they are the machine's, and a regeneration
-rewrites them.
+rewrites them. So are the numbers of the columns a marker names in `machine COL, COL` (named as
+the block's header line names them; their numbers right-aligned under them): a searched maximum
+of a float32-trained network's error is another number on another CPU, where the network's R²
+agrees to 1e-3 (verify.sgd's default, two machines of this project: sup train 0.647 and 0.542).
 """
 
 from __future__ import annotations
@@ -229,6 +232,7 @@ class Output:
     test: str = "run"
     timings: bool = False  # every number is a measured speed or time: none is compared
     integers: bool = False  # integers are measured (ratios of trained networks' errors), held to rel
+    machine: list[str] = field(default_factory=list)  # columns whose numbers are the machine's: not compared
     parts: list[tuple[str | None, list[str]]] = field(default_factory=list)  # (command, expected lines)
 
 
@@ -247,6 +251,8 @@ def output_of(block: Block) -> Output:
             spec.integers = True
         elif key == "test" and value in MODES:
             spec.test = value
+        elif key == "machine" and value:
+            spec.machine = [c.strip() for c in value.split(",")]
         else:
             raise ValueError(f"README line {block.first}: output marker field {f!r}")
     if spec.rel != spec.rel and not spec.timings:
@@ -270,12 +276,13 @@ def output_of(block: Block) -> Output:
     return spec
 
 
-def _numbers(line: str) -> tuple[str, list[tuple[str, bool]]]:
-    """A line's text with each number as `#`, and its numbers (text, is a time or a memory)."""
+def _numbers(line: str, skip_ends: frozenset[int] = frozenset()) -> tuple[str, list[tuple[str, bool]]]:
+    """A line's text with each number as `#`, and its numbers (text, not compared: a time, a
+    memory, or a number ending at one of `skip_ends`, a machine column's right edge)."""
     shape, numbers, at = [], [], 0
     for m in NUMBER.finditer(line):
         shape.append(line[at:m.start()] + "#")
-        numbers.append((m[0], bool(TIME_UNIT.match(line, m.end()))))
+        numbers.append((m[0], bool(TIME_UNIT.match(line, m.end())) or m.end() in skip_ends))
         at = m.end()
     shape.append(line[at:])
     return "".join(shape).rstrip(), numbers
@@ -296,12 +303,13 @@ def _cut(line: str, said: str) -> str:
     return line[:len(said) - len(CUT)] if said.endswith(CUT) else line
 
 
-def line_problem(fresh: str, said: str, rel: float, abs_: float, integers: bool = False) -> str | None:
+def line_problem(fresh: str, said: str, rel: float, abs_: float, integers: bool = False,
+                 skip_ends: frozenset[int] = frozenset()) -> str | None:
     """Why the printed line `fresh` does not match the block's line `said` (None: it does)."""
     fresh = _cut(fresh, said)
     said_text = said[:-len(CUT)] if said.endswith(CUT) else said
     shape_f, nums_f = _numbers(fresh)
-    shape_s, nums_s = _numbers(said_text)
+    shape_s, nums_s = _numbers(said_text, skip_ends)
     if shape_f != shape_s:
         return f"text differs:\n  README: {said}\n  prints: {fresh}"
     off = [f"{s} in the README, {f} printed" for (f, _), (s, is_time) in zip(nums_f, nums_s, strict=True)
@@ -311,12 +319,26 @@ def line_problem(fresh: str, said: str, rel: float, abs_: float, integers: bool 
     return None
 
 
-def compare(printed: str, expected: list[str], rel: float, abs_: float, integers: bool = False) -> list[str]:
-    """The problems of an output block's lines `expected` against what was `printed`."""
+def machine_column_ends(expected: list[str], machine: list[str]) -> frozenset[int]:
+    """The right edges of the `machine` columns, read off the block's header line (the first
+    that names them all); their numbers are printed right-aligned under them."""
+    if not machine:
+        return frozenset()
+    header = next((line for line in expected if all(f" {c}" in line for c in machine)), None)
+    if header is None:
+        raise ValueError(f"no header line in the block names the machine columns {machine}")
+    return frozenset(header.index(f" {c}") + 1 + len(c) for c in machine)
+
+
+def compare(printed: str, expected: list[str], rel: float, abs_: float, integers: bool = False,
+            machine: list[str] = ()) -> list[str]:
+    """The problems of an output block's lines `expected` against what was `printed`; numbers
+    in the `machine` columns are not compared."""
     out = printed.rstrip("\n").split("\n")
+    skip = machine_column_ends(expected, list(machine))
     if LEFT_OUT not in expected:
         problems = [p for f, s in zip(out, expected, strict=False)
-                    if (p := line_problem(f, s, rel, abs_, integers))]
+                    if (p := line_problem(f, s, rel, abs_, integers, skip))]
         if len(out) != len(expected):
             problems.append(f"{len(expected)} lines in the README, {len(out)} printed")
         return problems
@@ -331,7 +353,7 @@ def compare(printed: str, expected: list[str], rel: float, abs_: float, integers
             problems.append(f"not printed (in this order): {said}")
             at = 0
             continue
-        if (p := line_problem(out[at], said, rel, abs_, integers)):
+        if (p := line_problem(out[at], said, rel, abs_, integers, skip)):
             problems.append(p)
         at += 1
     return problems
@@ -388,7 +410,7 @@ def regenerate(path: Path = README, *, expensive: bool = False, check: bool = Fa
             command, expected = part
             printed = fresh_output(spec, part, block)
             if not spec.timings:
-                problems += compare(printed, expected, spec.rel, spec.abs, spec.integers)
+                problems += compare(printed, expected, spec.rel, spec.abs, spec.integers, spec.machine)
             if command is not None and spec.source == "$":
                 made.append(f"$ {command}")
             made += regenerated(printed, expected)
