@@ -26,6 +26,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from matplotlib.transforms import offset_copy
+
 from paper_figures.common import (
     COLOURS,
     MARKERS,
@@ -219,13 +221,18 @@ def _draw_tasks(axis, rows: list[dict], meta: dict, letter: str) -> None:
     finite = sorted({r["series"] for r in pts if r["series"].endswith("(finite)")})
     for i, series in enumerate(finite):
         colour = COLOURS[i % len(COLOURS)]
+        # The networks on the kernel's rows share one x (its tasks): side by side, 5 points apart
+        # on the page, by an offset transform, so that each point's data stays its CSV row's.
+        beside = offset_copy(axis.transData, fig=axis.figure, x=5 * (i - (len(finite) - 1) / 2),
+                             units="points")
         plot_series(axis, rows, series, "tasks", color=colour, ls="none", marker=MARKERS[i % len(MARKERS)],
-                    ms=5, label=series)
+                    ms=5, label=series, transform=beside,
+                    mfc="none" if series.startswith("linearised") else colour)  # hollow: linearised
         (r,) = select(rows, series, "tasks")
         if r["lo"] is not None:
-            axis.vlines([r["x"]], [r["lo"]], [r["hi"]], color=colour, lw=1)
+            axis.vlines([r["x"]], [r["lo"]], [r["hi"]], color=colour, lw=1, transform=beside)
     axis.set(xscale="log", xlabel="training tasks the kernel fits (16 x a task)", ylabel="held-out R²",
-             title=_title(title, meta))
+             title=_title(title, meta), xlim=(min(xs) / 1.2, max(xs) * 1.08))  # room for the points beside
     low = min(r["lo"] if r["lo"] is not None else r["y"] for r in pts)
     axis.set_ylim(max(R2_FLOOR, low - 0.05), 1.05)
     plain_ticks(axis, xs)
