@@ -149,6 +149,22 @@ def kernel_solve_time(rows: int) -> dict:
                 seconds_solve=result.seconds_solve, train_rows_rmse=result.train_rmse)
 
 
+def _cpu_ladder(top_tasks: int, first_tasks: int, rungs_per_doubling: int, **settings):
+    """A ladder along tasks on the cpu scale's teacher (M 16, K 3, I = H = O = 4, seed 1): (its
+    run, family, split, top rung's kernel config, nested training rows x and y, rungs)."""
+    import dataclasses as dc
+
+    from verify.learning import kernel_vs_sgd as kv
+    from verify.learning.kernel_limit import nested_training_rows
+
+    run = kv.KernelRun.build(dict(method="ntk", M=16, K=3, I=4, H=4, O=4, seed=1, tasks=first_tasks,
+                                  max_tasks=top_tasks, rungs_per_doubling=rungs_per_doubling, **settings))
+    family, split = kv._family_and_split(run)
+    top = dc.replace(kv._kernel_config(run, run.samples_per_task), tasks=run.max_tasks)
+    x, y, _ = nested_training_rows(family, split.train, top, run.seed)
+    return run, family, split, top, x, y, kv.task_ladder(run)
+
+
 def ladder_scoring(top_tasks: int = 256, first_tasks: int = 32, rungs_per_doubling: int = 2,
                    eval_tasks: int = 256) -> dict:
     """A ladder along tasks's scoring (verify.kernel --max-tasks), on the cpu scale's teacher
@@ -161,16 +177,11 @@ def ladder_scoring(top_tasks: int = 256, first_tasks: int = 32, rungs_per_doubli
     import numpy as np
 
     from verify.learning import kernel_vs_sgd as kv
-    from verify.learning.kernel_limit import KernelPredictor, RungPredictor, fit, nested_training_rows
+    from verify.learning.kernel_limit import KernelPredictor, RungPredictor, fit
 
-    run = kv.KernelRun.build(dict(method="ntk", M=16, K=3, I=4, H=4, O=4, seed=1, tasks=first_tasks,
-                                  max_tasks=top_tasks, rungs_per_doubling=rungs_per_doubling,
-                                  eval_tasks=eval_tasks))
-    family, split = kv._family_and_split(run)
+    run, family, split, top, x, y, rungs = _cpu_ladder(top_tasks, first_tasks, rungs_per_doubling,
+                                                       eval_tasks=eval_tasks)
     sides = kv._sides(run, family, split)
-    top = dc.replace(kv._kernel_config(run, run.samples_per_task), tasks=run.max_tasks)
-    x, y, _ = nested_training_rows(family, split.train, top, run.seed)
-    rungs = kv.task_ladder(run)
     per = run.samples_per_task
     alphas = [fit(dc.replace(top, tasks=t), x[:t * per], y[:t * per]).predictor.alpha for t in rungs]
     start = time.perf_counter()
@@ -191,15 +202,10 @@ def ladder_fits(top_tasks: int = 512, first_tasks: int = 64, rungs_per_doubling:
     fit at the top rung's λ, so that only the order of the sums differs)."""
     import dataclasses as dc
 
-    from verify.learning import kernel_vs_sgd as kv
-    from verify.learning.kernel_limit import fit, gram_diagonal, nested_fits, nested_training_rows
+    from verify.learning.kernel_limit import fit, gram_diagonal, nested_fits
 
-    run = kv.KernelRun.build(dict(method="ntk", M=16, K=3, I=4, H=4, O=4, seed=1, tasks=first_tasks,
-                                  max_tasks=top_tasks, rungs_per_doubling=rungs_per_doubling))
-    family, split = kv._family_and_split(run)
-    top = dc.replace(kv._kernel_config(run, run.samples_per_task), tasks=run.max_tasks)
-    x, y, _ = nested_training_rows(family, split.train, top, run.seed)
-    rungs, per = kv.task_ladder(run), run.samples_per_task
+    run, _, _, top, x, y, rungs = _cpu_ladder(top_tasks, first_tasks, rungs_per_doubling)
+    per = run.samples_per_task
     start = time.perf_counter()
     shared = nested_fits(top, x, y, rungs)
     mid = time.perf_counter()
